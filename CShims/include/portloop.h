@@ -1,0 +1,250 @@
+/*
+ * portloop.h — Mach-style message ports for Linux, the C layer under PortLoop.
+ *
+ * Why this shim exists: Linux has no Mach IPC. CFRunLoop sleeps in mach_msg() on a port set and wakes
+ * when any port in it receives; PortLoop needs the same primitive. This layer provides it: ports (bounded
+ * FIFO message queues with one receive right and many send rights), port sets, messages, and timed receive.
+ * It knows nothing of run loops.
+ *
+ * Design, chosen by the cost rules of SPEC §2:
+ *
+ *  - A port is a mutex-guarded ring of message slots that grows on demand up to the queue limit. An idle
+ *    port is a heap object and nothing else: no file descriptor, no thread, no timer.
+ *
+ *  - Waiting is done by whoever waits, never by the port. A receiver blocked directly on a port sleeps on
+ *    the port's condition variable (a futex: no descriptor, exact timeouts). A receiver blocked on a port
+ *    set sleeps in the set's libevent event_base, which holds the set's wake-up eventfd, its descriptor
+ *    members and its receive timer (EVENT_BASE_FLAG_PRECISE_TIMER: timerfd, not the coarse clock).
+ *    Only one thread may loop an event_base at a time, so further receivers on the same set sleep on the
+ *    set's condition variable and take over the base when the looping one leaves (leader/followers).
+ *
+ *  - Wake-ups are coalesced. A send makes a syscall only when it turns an empty port into a non-empty one
+ *    *and* somebody is asleep waiting for it; a set's eventfd is written at most once until the sleeper
+ *    has consumed it. A receiver that is awake and busy costs its senders no syscall at all.
+ *
+ *  - No lock is held across a syscall: senders decide under the lock whom to wake and do the eventfd
+ *    write or futex wake after unlocking; descriptor events are deleted outside the set's lock.
+ *
+ *  - A set keeps a FIFO of its member ports that have messages. A receive takes the first, dequeues one
+ *    message and, if the port still has more, puts it back at the tail: ready ports are served
+ *    round-robin and a flooded port cannot starve the others. The cost does not depend on set size.
+ *
+ *  - Lock order is port before set. A port's membership list is guarded by the port's lock; a set's
+ *    member and ready lists by the set's lock.
+ *
+ * Object lifetime: every object is reference counted. A port's receive right (from pl_port_create) is
+ * ended by pl_port_destroy; its send rights (pl_port_make_send, or a reply right received in a message)
+ * by pl_port_release_send. The memory goes when the last of them goes. After destruction a port is a
+ * dead name: sends fail with PL_ERR_INVALID_DEST.
+ *
+ * Every function is safe to call from any thread, and returns a pl_status_t.
+ */
+#ifndef PORTLOOP_H
+#define PORTLOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Status codes                                                                                       */
+
+/** What a call did. Each error names the Mach return code it stands for. */
+typedef enum pl_status {
+    PL_OK = 0,                /**< KERN_SUCCESS / MACH_MSG_SUCCESS */
+    PL_ERR_TIMED_OUT = 1,     /**< MACH_SEND_TIMED_OUT / MACH_RCV_TIMED_OUT: the timeout ran out */
+    PL_ERR_INVALID_DEST = 2,  /**< MACH_SEND_INVALID_DEST: the destination port was destroyed */
+    PL_ERR_PORT_DIED = 3,     /**< MACH_RCV_PORT_DIED: the port or set was destroyed while waiting */
+    PL_ERR_TOO_LARGE = 4,     /**< MACH_SEND_TOO_LARGE / MACH_RCV_TOO_LARGE: payload over the limit */
+    PL_ERR_INVALID_ARG = 5,   /**< KERN_INVALID_ARGUMENT: an argument is out of range */
+    PL_ERR_ALREADY_IN_SET = 6,/**< KERN_ALREADY_IN_SET: the port or descriptor is a member already */
+    PL_ERR_NOT_IN_SET = 7,    /**< KERN_NOT_IN_SET: the port or descriptor is not a member */
+    PL_ERR_INVALID_NAME = 8,  /**< MACH_RCV_INVALID_NAME / KERN_INVALID_NAME: used after destruction */
+    PL_ERR_NO_MEMORY = 9,     /**< KERN_RESOURCE_SHORTAGE: allocation failed */
+    PL_ERR_SYSTEM = 10,       /**< an operating-system call failed; see errno */
+} pl_status_t;
+
+/** A short English description of a status, e.g. "timed out". Never NULL; static storage. */
+const char *pl_status_describe(pl_status_t status);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Limits and timeouts                                                                                */
+
+/** Default queue limit of a new port (MACH_PORT_QLIMIT_DEFAULT). */
+#define PL_QLIMIT_DEFAULT 5u
+/** Largest queue limit (MACH_PORT_QLIMIT_MAX). The smallest is 1. */
+#define PL_QLIMIT_MAX 1024u
+/** Default maximum payload size of a new port, in bytes. */
+#define PL_MSG_SIZE_DEFAULT 65536u /* 64 KiB */
+/** Largest maximum payload size a port may be given, in bytes. */
+#define PL_MSG_SIZE_MAX 67108864u /* 64 MiB */
+
+/** Timeouts are nanoseconds: 0 polls, a positive value waits that long, this value waits forever.
+ *  Any other negative value is rejected with PL_ERR_INVALID_ARG (MACH_MSG_TIMEOUT_NONE / MACH_SEND_TIMEOUT). */
+#define PL_TIMEOUT_FOREVER ((int64_t)-1)
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Ports                                                                                              */
+
+/** A port: a bounded FIFO queue of messages (a Mach port with its receive right). Opaque. */
+typedef struct pl_port pl_port_t;
+
+/**
+ * Creates a port and returns its receive right (mach_port_allocate with MACH_PORT_RIGHT_RECEIVE).
+ * @param qlimit        queue limit, 1…PL_QLIMIT_MAX (PL_QLIMIT_DEFAULT is the usual choice)
+ * @param max_msg_size  largest payload a send may carry, 1…PL_MSG_SIZE_MAX bytes
+ * @param out_port      receives the port
+ */
+pl_status_t pl_port_create(uint32_t qlimit, uint32_t max_msg_size, pl_port_t **out_port);
+
+/**
+ * Destroys the receive right (mach_port_destroy / mach_port_mod_refs on the receive right): the port leaves
+ * every set, queued messages are destroyed and their reply rights released, blocked receivers wake with
+ * PL_ERR_PORT_DIED, blocked and later senders get PL_ERR_INVALID_DEST. The caller's receive right is gone
+ * afterwards, even on error; PL_ERR_INVALID_NAME if it had been destroyed already.
+ */
+pl_status_t pl_port_destroy(pl_port_t *port);
+
+/** Makes a new send right to the port (mach_port_insert_right with MACH_MSG_TYPE_MAKE_SEND).
+ *  Works on a dead port too: the right is then a dead name. */
+pl_status_t pl_port_make_send(pl_port_t *port);
+
+/** Releases one send right (mach_port_deallocate). */
+pl_status_t pl_port_release_send(pl_port_t *port);
+
+/** Number of send rights that exist for the port, including reply rights inside queued messages
+ *  (mach_port_get_refs with MACH_PORT_RIGHT_SEND). For diagnostics and tests. */
+uint32_t pl_port_send_right_count(const pl_port_t *port);
+
+/** The port's name: unique for the process's lifetime, never reused, never 0. */
+uint64_t pl_port_name(const pl_port_t *port);
+
+/** Whether the receive right still exists (the port is not a dead name). */
+int pl_port_is_alive(const pl_port_t *port);
+
+/** Attaches an uninterpreted pointer to the port, reported with every message received on a set
+ *  (mach_port_set_context). */
+void pl_port_set_context(pl_port_t *port, void *context);
+
+/** The pointer given to pl_port_set_context, or NULL (mach_port_get_context). */
+void *pl_port_get_context(const pl_port_t *port);
+
+/** Changes the queue limit, 1…PL_QLIMIT_MAX (mach_port_set_attributes with MACH_PORT_LIMITS_INFO).
+ *  Raising it wakes blocked senders. Lowering it below the number queued drops nothing. */
+pl_status_t pl_port_set_qlimit(pl_port_t *port, uint32_t qlimit);
+
+/** The current queue limit (mach_port_get_attributes with MACH_PORT_LIMITS_INFO). */
+uint32_t pl_port_get_qlimit(const pl_port_t *port);
+
+/** The port's maximum payload size in bytes. */
+uint32_t pl_port_get_max_msg_size(const pl_port_t *port);
+
+/** Number of messages queued now (mach_port_get_attributes with MACH_PORT_RECEIVE_STATUS, mps_msgcount). */
+uint32_t pl_port_message_count(const pl_port_t *port);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Messages                                                                                           */
+
+/**
+ * Sends a message (mach_msg with MACH_SEND_MSG | MACH_SEND_TIMEOUT). The payload is copied. When the port
+ * is full the call waits up to timeout_ns for room; with 0 it fails at once with PL_ERR_TIMED_OUT.
+ * A payload larger than the port's maximum fails with PL_ERR_TOO_LARGE. On any error nothing is queued.
+ * @param port      a send right to the destination
+ * @param id        uninterpreted message id (msgh_id)
+ * @param payload   bytes to copy, may be NULL when size is 0
+ * @param size      payload size in bytes
+ * @param reply     a port to reply on, or NULL; the message carries a new send right to it (MAKE_SEND)
+ * @param timeout_ns  0, a positive wait, or PL_TIMEOUT_FOREVER
+ */
+pl_status_t pl_port_send(pl_port_t *port, int32_t id, const void *payload, size_t size,
+                         pl_port_t *reply, int64_t timeout_ns);
+
+/** What a receive returned. */
+typedef enum pl_received_kind {
+    PL_RECEIVED_MESSAGE = 0,  /**< a message; id, size, reply and arrival fields are set */
+    PL_RECEIVED_FD = 1,       /**< a descriptor member of the set became readable; fd is set */
+} pl_received_kind_t;
+
+/** The header of a received message (mach_msg_header_t plus the receive trailer). */
+typedef struct pl_received {
+    pl_received_kind_t kind;
+    int32_t id;               /**< msgh_id */
+    uint32_t size;            /**< payload bytes copied; with PL_ERR_TOO_LARGE, the bytes needed */
+    pl_port_t *reply;         /**< a send right to reply on, or NULL; the receiver owns it */
+    uint64_t arrival_name;    /**< name of the port the message arrived on */
+    void *arrival_context;    /**< that port's context (pl_port_set_context) */
+    int fd;                   /**< with PL_RECEIVED_FD: the readable descriptor; otherwise -1 */
+} pl_received_t;
+
+/**
+ * Receives the next message of a port (mach_msg with MACH_RCV_MSG | MACH_RCV_TIMEOUT | MACH_RCV_LARGE).
+ * The payload is copied into buffer. If it does not fit in capacity, the call fails with PL_ERR_TOO_LARGE,
+ * out->size tells the bytes needed and the message stays first in the queue.
+ * @param buffer      where the payload goes; may be NULL when capacity is 0
+ * @param timeout_ns  0 polls, a positive wait, or PL_TIMEOUT_FOREVER
+ */
+pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity,
+                            int64_t timeout_ns);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Port sets                                                                                          */
+
+/** A set of ports and file descriptors waited on together (a Mach port set). Opaque. */
+typedef struct pl_port_set pl_port_set_t;
+
+/** Creates an empty port set (mach_port_allocate with MACH_PORT_RIGHT_PORT_SET). */
+pl_status_t pl_port_set_create(pl_port_set_t **out_set);
+
+/** Destroys a set: its members leave it (the ports themselves live on), blocked receivers wake with
+ *  PL_ERR_PORT_DIED, later calls get PL_ERR_INVALID_NAME (mach_port_destroy on a port-set name).
+ *  The memory stays until the last reference is released with pl_port_set_release. */
+pl_status_t pl_port_set_destroy(pl_port_set_t *set);
+
+/** Takes another reference to the set's memory (not a right: it does not keep the set alive). */
+void pl_port_set_retain(pl_port_set_t *set);
+
+/** Releases a reference; the last one frees the set, destroying it first if nobody did. */
+void pl_port_set_release(pl_port_set_t *set);
+
+/** Adds a port to a set (mach_port_insert_member). A port may be in several sets;
+ *  PL_ERR_ALREADY_IN_SET if it is in this one; PL_ERR_INVALID_NAME if the port or set was destroyed. */
+pl_status_t pl_port_set_insert(pl_port_set_t *set, pl_port_t *port);
+
+/** Removes a port from a set (mach_port_extract_member); PL_ERR_NOT_IN_SET if it is not a member. */
+pl_status_t pl_port_set_extract(pl_port_set_t *set, pl_port_t *port);
+
+/** Whether the port is a member of the set. */
+int pl_port_set_contains(pl_port_set_t *set, pl_port_t *port);
+
+/** Watches a file descriptor for readability as a member of the set; a receive then reports it
+ *  (PL_RECEIVED_FD) while it is readable. The set does not own or close the descriptor. */
+pl_status_t pl_port_set_insert_fd(pl_port_set_t *set, int fd);
+
+/** Stops watching a descriptor; PL_ERR_NOT_IN_SET if it is not a member. Returns after any callback
+ *  for it has finished, so the caller may close it afterwards. */
+pl_status_t pl_port_set_extract_fd(pl_port_set_t *set, int fd);
+
+/** Number of member ports and descriptors. */
+uint32_t pl_port_set_member_count(pl_port_set_t *set);
+
+/**
+ * Receives one message from any member port, or reports one readable descriptor member (mach_msg on a port
+ * set). Ready ports are served round-robin. Same timeout and too-large rules as pl_port_receive; the
+ * message's port is named in out->arrival_name and out->arrival_context. Several threads may receive on
+ * one set; each message goes to exactly one of them.
+ */
+pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *buffer, size_t capacity,
+                                int64_t timeout_ns);
+
+/** How many times receivers on this set have gone to sleep and how many eventfd wake-ups senders have
+ *  written, since creation. For tests and benchmarks of wake-up coalescing. */
+void pl_port_set_wake_stats(pl_port_set_t *set, uint64_t *out_sleeps, uint64_t *out_wakes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PORTLOOP_H */

@@ -1,0 +1,158 @@
+/*
+ * pl_internal.h — object layouts shared by the port and port-set files. Not part of the public API.
+ */
+#ifndef PL_INTERNAL_H
+#define PL_INTERNAL_H
+
+#include "portloop.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <time.h>
+
+struct event;
+struct event_base;
+
+/* Payloads up to this size live inside the slot; larger ones are one malloc per message. */
+#define PL_INLINE_PAYLOAD 48u
+
+/* One queued message. */
+typedef struct pl_slot {
+    int32_t id;
+    uint32_t size;
+    pl_port_t *reply; /* a send right owned by the message, or NULL */
+    union {
+        unsigned char bytes[PL_INLINE_PAYLOAD];
+        void *heap;
+    } payload;
+} pl_slot_t;
+
+/* A port's membership in one set. Linked into the port's list (port lock) and into the set's member
+ * list and, while the port has messages, the set's ready FIFO (set lock). Freed by whoever unlinks it,
+ * holding both locks. */
+typedef struct pl_membership {
+    pl_port_t *port;
+    pl_port_set_t *set;
+    struct pl_membership *next_of_port;
+    struct pl_membership *prev_in_set, *next_in_set;
+    struct pl_membership *prev_ready, *next_ready;
+    bool in_ready;
+} pl_membership_t;
+
+struct pl_port {
+    pthread_mutex_t lock;
+    pthread_cond_t receivers; /* direct receivers wait here for a message */
+    pthread_cond_t senders;   /* senders wait here for room */
+    atomic_uint refs;         /* memory references: the receive right, send rights, in-flight users */
+    atomic_uint send_rights;  /* send rights only, for pl_port_send_right_count */
+    _Atomic(void *) context;
+    uint64_t name;
+    uint32_t qlimit;
+    uint32_t max_msg_size;
+    bool dead;
+    uint32_t waiting_receivers;
+    uint32_t waiting_senders;
+    pl_slot_t *ring;          /* capacity grows on demand up to qlimit */
+    uint32_t ring_capacity, head, count;
+    pl_membership_t *memberships;
+};
+
+/* A descriptor member of a set. */
+typedef struct pl_fd_member {
+    int fd;
+    struct event *event;
+    pl_port_set_t *set;
+    bool ready;               /* in the set's ready-descriptor FIFO */
+    bool removed;             /* extracted; the libevent callback must not touch the lists */
+    struct pl_fd_member *next_member;
+    struct pl_fd_member *next_ready;
+} pl_fd_member_t;
+
+struct pl_port_set {
+    pthread_mutex_t lock;
+    pthread_cond_t followers; /* receivers waiting while another thread loops the base */
+    atomic_uint refs;
+    bool dead;
+    struct event_base *base;
+    int wake_fd;              /* eventfd: senders write it to wake the thread looping the base */
+    struct event *wake_event;
+    struct event *timer_event;
+    bool polling;             /* a thread is inside event_base_loop */
+    bool wake_pending;        /* wake_fd was written and not yet consumed */
+    uint32_t sleeping_followers;
+    uint32_t port_count, fd_count;
+    pl_membership_t *members_head;
+    pl_membership_t *ready_head, *ready_tail;
+    pl_fd_member_t *fds;
+    pl_fd_member_t *fd_ready_head, *fd_ready_tail;
+    uint32_t receives_since_fd_poll;
+    uint64_t sleeps, wakes;
+};
+
+/* ---- port internals used by the set file ---- */
+
+/* Keeps the memory of a port alive across an unlocked section. */
+void pl_port_retain_internal(pl_port_t *port);
+void pl_port_release_internal(pl_port_t *port);
+
+/* Dequeues the first message into out/buffer; the port lock must be held and count > 0.
+ * Returns PL_ERR_TOO_LARGE (message left in place) when it does not fit. */
+pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity);
+
+/* ---- set internals used by the port file ---- */
+
+/* What a sender must do after unlocking, at most one entry per set it touched. */
+typedef struct pl_wake_list {
+    pl_port_set_t *sets[8];
+    uint8_t actions[8];       /* PL_WAKE_EVENTFD or PL_WAKE_FOLLOWER */
+    uint32_t count;
+    pl_port_set_t **more_sets;/* overflow for a port in more than eight sets */
+    uint8_t *more_actions;
+    uint32_t more_capacity;
+} pl_wake_list_t;
+
+#define PL_WAKE_EVENTFD 1
+#define PL_WAKE_FOLLOWER 2
+
+/* With the port lock held: the port just became non-empty; queue it as ready in the set (set lock taken
+ * inside) and note in wakes whom to wake. at_head puts it first (a too-large retry). */
+void pl_port_set_mark_ready_locked(pl_membership_t *m, bool at_head, pl_wake_list_t *wakes);
+
+/* After unlocking: perform the wake-ups collected, release the set references they held. */
+void pl_wake_list_run(pl_wake_list_t *wakes);
+
+/* With the port lock held: unlink m from its set (set lock taken inside). The caller frees m. */
+void pl_port_set_unlink_locked(pl_membership_t *m);
+
+/* ---- time ---- */
+
+static inline int64_t pl_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static inline struct timespec pl_timespec_from_ns(int64_t ns) {
+    struct timespec ts = { .tv_sec = ns / 1000000000LL, .tv_nsec = ns % 1000000000LL };
+    return ts;
+}
+
+/* Deadline for a validated timeout; INT64_MAX for forever. */
+static inline int64_t pl_deadline_ns(int64_t timeout_ns) {
+    if (timeout_ns == PL_TIMEOUT_FOREVER) return INT64_MAX;
+    int64_t now = pl_now_ns();
+    return (timeout_ns > INT64_MAX - now) ? INT64_MAX : now + timeout_ns;
+}
+
+static inline bool pl_timeout_valid(int64_t timeout_ns) {
+    return timeout_ns >= 0 || timeout_ns == PL_TIMEOUT_FOREVER;
+}
+
+/* Condition variables use CLOCK_MONOTONIC so that timed waits are immune to wall-clock changes. */
+void pl_cond_init_monotonic(pthread_cond_t *cond);
+
+/* Waits on cond until deadline (INT64_MAX: forever). Spurious returns are the caller's to handle. */
+void pl_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *lock, int64_t deadline_ns);
+
+#endif /* PL_INTERNAL_H */

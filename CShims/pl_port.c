@@ -1,0 +1,315 @@
+/*
+ * pl_port.c — ports: bounded FIFO queues with one receive right and many send rights.
+ *
+ * A port's queue is a ring of slots guarded by the port's mutex. Senders copy the payload before taking
+ * the lock (large payloads are the only allocation on the send path), decide under the lock whom to wake,
+ * and wake them after unlocking. See portloop.h for the design.
+ */
+#include "pl_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static atomic_uint_fast64_t pl_next_port_name = 1;
+
+/* ---- lifetime -------------------------------------------------------------------------------------- */
+
+pl_status_t pl_port_create(uint32_t qlimit, uint32_t max_msg_size, pl_port_t **out_port) {
+    if (out_port == NULL) return PL_ERR_INVALID_ARG;
+    *out_port = NULL;
+    if (qlimit < 1 || qlimit > PL_QLIMIT_MAX) return PL_ERR_INVALID_ARG;
+    if (max_msg_size < 1 || max_msg_size > PL_MSG_SIZE_MAX) return PL_ERR_INVALID_ARG;
+
+    pl_port_t *port = calloc(1, sizeof *port);
+    if (port == NULL) return PL_ERR_NO_MEMORY;
+    pthread_mutex_init(&port->lock, NULL);
+    pl_cond_init_monotonic(&port->receivers);
+    pl_cond_init_monotonic(&port->senders);
+    atomic_init(&port->refs, 1); /* the receive right */
+    atomic_init(&port->send_rights, 0);
+    atomic_init(&port->context, NULL);
+    port->name = atomic_fetch_add_explicit(&pl_next_port_name, 1, memory_order_relaxed);
+    port->qlimit = qlimit;
+    port->max_msg_size = max_msg_size;
+    *out_port = port;
+    return PL_OK;
+}
+
+void pl_port_retain_internal(pl_port_t *port) {
+    atomic_fetch_add_explicit(&port->refs, 1, memory_order_relaxed);
+}
+
+void pl_port_release_internal(pl_port_t *port) {
+    if (atomic_fetch_sub_explicit(&port->refs, 1, memory_order_acq_rel) != 1) return;
+    /* Last reference: the receive right was destroyed before (it holds a reference), so the queue is
+     * empty and the port is in no set. */
+    free(port->ring);
+    pthread_cond_destroy(&port->receivers);
+    pthread_cond_destroy(&port->senders);
+    pthread_mutex_destroy(&port->lock);
+    free(port);
+}
+
+/* Releases what a queued message owns. Called without any port lock held. */
+static void pl_slot_dispose(pl_slot_t *slot) {
+    if (slot->size > PL_INLINE_PAYLOAD) free(slot->payload.heap);
+    if (slot->reply != NULL) pl_port_release_send(slot->reply);
+}
+
+pl_status_t pl_port_destroy(pl_port_t *port) {
+    if (port == NULL) return PL_ERR_INVALID_ARG;
+    pthread_mutex_lock(&port->lock);
+    if (port->dead) {
+        pthread_mutex_unlock(&port->lock);
+        return PL_ERR_INVALID_NAME;
+    }
+    port->dead = true;
+
+    pl_slot_t *ring = port->ring;
+    uint32_t capacity = port->ring_capacity, head = port->head, count = port->count;
+    port->ring = NULL;
+    port->ring_capacity = port->head = port->count = 0;
+
+    pl_membership_t *m = port->memberships;
+    port->memberships = NULL;
+    while (m != NULL) {
+        pl_membership_t *next = m->next_of_port;
+        pl_port_set_unlink_locked(m);
+        free(m);
+        m = next;
+    }
+    bool wake_receivers = port->waiting_receivers > 0;
+    bool wake_senders = port->waiting_senders > 0;
+    pthread_mutex_unlock(&port->lock);
+
+    if (wake_receivers) pthread_cond_broadcast(&port->receivers);
+    if (wake_senders) pthread_cond_broadcast(&port->senders);
+    for (uint32_t i = 0; i < count; i++) pl_slot_dispose(&ring[(head + i) % capacity]);
+    free(ring);
+    pl_port_release_internal(port); /* the receive right's reference */
+    return PL_OK;
+}
+
+pl_status_t pl_port_make_send(pl_port_t *port) {
+    if (port == NULL) return PL_ERR_INVALID_ARG;
+    atomic_fetch_add_explicit(&port->send_rights, 1, memory_order_relaxed);
+    pl_port_retain_internal(port);
+    return PL_OK;
+}
+
+pl_status_t pl_port_release_send(pl_port_t *port) {
+    if (port == NULL) return PL_ERR_INVALID_ARG;
+    atomic_fetch_sub_explicit(&port->send_rights, 1, memory_order_relaxed);
+    pl_port_release_internal(port);
+    return PL_OK;
+}
+
+uint32_t pl_port_send_right_count(const pl_port_t *port) {
+    return port == NULL ? 0 : atomic_load_explicit(&port->send_rights, memory_order_relaxed);
+}
+
+uint64_t pl_port_name(const pl_port_t *port) { return port == NULL ? 0 : port->name; }
+
+int pl_port_is_alive(const pl_port_t *port) {
+    if (port == NULL) return 0;
+    pl_port_t *p = (pl_port_t *)port;
+    pthread_mutex_lock(&p->lock);
+    bool alive = !p->dead;
+    pthread_mutex_unlock(&p->lock);
+    return alive;
+}
+
+void pl_port_set_context(pl_port_t *port, void *context) {
+    if (port != NULL) atomic_store_explicit(&port->context, context, memory_order_release);
+}
+
+void *pl_port_get_context(const pl_port_t *port) {
+    if (port == NULL) return NULL;
+    return atomic_load_explicit(&((pl_port_t *)port)->context, memory_order_acquire);
+}
+
+/* ---- attributes ------------------------------------------------------------------------------------ */
+
+pl_status_t pl_port_set_qlimit(pl_port_t *port, uint32_t qlimit) {
+    if (port == NULL || qlimit < 1 || qlimit > PL_QLIMIT_MAX) return PL_ERR_INVALID_ARG;
+    pthread_mutex_lock(&port->lock);
+    if (port->dead) {
+        pthread_mutex_unlock(&port->lock);
+        return PL_ERR_INVALID_NAME;
+    }
+    bool raised = qlimit > port->qlimit && port->waiting_senders > 0;
+    port->qlimit = qlimit;
+    pthread_mutex_unlock(&port->lock);
+    if (raised) pthread_cond_broadcast(&port->senders);
+    return PL_OK;
+}
+
+uint32_t pl_port_get_qlimit(const pl_port_t *port) {
+    if (port == NULL) return 0;
+    pl_port_t *p = (pl_port_t *)port;
+    pthread_mutex_lock(&p->lock);
+    uint32_t q = p->qlimit;
+    pthread_mutex_unlock(&p->lock);
+    return q;
+}
+
+uint32_t pl_port_get_max_msg_size(const pl_port_t *port) { return port == NULL ? 0 : port->max_msg_size; }
+
+uint32_t pl_port_message_count(const pl_port_t *port) {
+    if (port == NULL) return 0;
+    pl_port_t *p = (pl_port_t *)port;
+    pthread_mutex_lock(&p->lock);
+    uint32_t n = p->count;
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+/* ---- send ------------------------------------------------------------------------------------------ */
+
+/* Makes room for one more slot; the lock is held and count < qlimit. */
+static pl_status_t pl_ring_reserve_locked(pl_port_t *port) {
+    if (port->count < port->ring_capacity) return PL_OK;
+    uint32_t capacity = port->ring_capacity == 0 ? 4 : port->ring_capacity * 2;
+    if (capacity > port->qlimit) capacity = port->qlimit;
+    if (capacity <= port->count) capacity = port->count + 1;
+    pl_slot_t *ring = malloc(sizeof *ring * capacity);
+    if (ring == NULL) return PL_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < port->count; i++) {
+        ring[i] = port->ring[(port->head + i) % port->ring_capacity];
+    }
+    free(port->ring);
+    port->ring = ring;
+    port->ring_capacity = capacity;
+    port->head = 0;
+    return PL_OK;
+}
+
+pl_status_t pl_port_send(pl_port_t *port, int32_t id, const void *payload, size_t size,
+                         pl_port_t *reply, int64_t timeout_ns) {
+    if (port == NULL || !pl_timeout_valid(timeout_ns)) return PL_ERR_INVALID_ARG;
+    if (size > 0 && payload == NULL) return PL_ERR_INVALID_ARG;
+    if (size > port->max_msg_size) return PL_ERR_TOO_LARGE;
+
+    /* Copy the payload before taking the lock. */
+    pl_slot_t slot = { .id = id, .size = (uint32_t)size, .reply = NULL };
+    if (size > PL_INLINE_PAYLOAD) {
+        slot.payload.heap = malloc(size);
+        if (slot.payload.heap == NULL) return PL_ERR_NO_MEMORY;
+        memcpy(slot.payload.heap, payload, size);
+    } else if (size > 0) {
+        memcpy(slot.payload.bytes, payload, size);
+    }
+
+    pl_status_t status = PL_OK;
+    pthread_mutex_lock(&port->lock);
+    if (!port->dead && port->count >= port->qlimit) {
+        if (timeout_ns == 0) {
+            status = PL_ERR_TIMED_OUT;
+        } else {
+            int64_t deadline = pl_deadline_ns(timeout_ns);
+            port->waiting_senders++;
+            while (!port->dead && port->count >= port->qlimit && pl_now_ns() < deadline) {
+                pl_cond_wait_until(&port->senders, &port->lock, deadline);
+            }
+            port->waiting_senders--;
+            if (!port->dead && port->count >= port->qlimit) status = PL_ERR_TIMED_OUT;
+        }
+    }
+    if (status == PL_OK && port->dead) status = PL_ERR_INVALID_DEST;
+    if (status == PL_OK) status = pl_ring_reserve_locked(port);
+    if (status != PL_OK) {
+        pthread_mutex_unlock(&port->lock);
+        if (size > PL_INLINE_PAYLOAD) free(slot.payload.heap);
+        return status;
+    }
+
+    if (reply != NULL) {
+        pl_port_make_send(reply);
+        slot.reply = reply;
+    }
+    port->ring[(port->head + port->count) % port->ring_capacity] = slot;
+    port->count++;
+
+    /* Only the empty → non-empty transition wakes anyone; later messages are found by the receiver that
+     * was woken, which passes the baton on if others wait. */
+    bool wake_receiver = false;
+    pl_wake_list_t wakes = { .count = 0 };
+    if (port->count == 1) {
+        wake_receiver = port->waiting_receivers > 0;
+        for (pl_membership_t *m = port->memberships; m != NULL; m = m->next_of_port) {
+            pl_port_set_mark_ready_locked(m, false, &wakes);
+        }
+    }
+    pthread_mutex_unlock(&port->lock);
+
+    if (wake_receiver) pthread_cond_signal(&port->receivers);
+    pl_wake_list_run(&wakes);
+    return PL_OK;
+}
+
+/* ---- receive --------------------------------------------------------------------------------------- */
+
+pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity) {
+    pl_slot_t *slot = &port->ring[port->head];
+    out->kind = PL_RECEIVED_MESSAGE;
+    out->id = slot->id;
+    out->size = slot->size;
+    out->arrival_name = port->name;
+    out->arrival_context = atomic_load_explicit(&port->context, memory_order_acquire);
+    out->fd = -1;
+    out->reply = NULL;
+    if (slot->size > capacity) return PL_ERR_TOO_LARGE;
+
+    if (slot->size > PL_INLINE_PAYLOAD) {
+        memcpy(buffer, slot->payload.heap, slot->size);
+        free(slot->payload.heap);
+    } else if (slot->size > 0) {
+        memcpy(buffer, slot->payload.bytes, slot->size);
+    }
+    out->reply = slot->reply; /* the send right moves to the receiver */
+    port->head = (port->head + 1) % port->ring_capacity;
+    port->count--;
+    return PL_OK;
+}
+
+static void pl_received_reset(pl_received_t *out) {
+    memset(out, 0, sizeof *out);
+    out->fd = -1;
+}
+
+pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity,
+                            int64_t timeout_ns) {
+    if (port == NULL || out == NULL || !pl_timeout_valid(timeout_ns)) return PL_ERR_INVALID_ARG;
+    if (capacity > 0 && buffer == NULL) return PL_ERR_INVALID_ARG;
+    pl_received_reset(out);
+
+    pthread_mutex_lock(&port->lock);
+    if (port->dead) {
+        pthread_mutex_unlock(&port->lock);
+        return PL_ERR_INVALID_NAME;
+    }
+    if (port->count == 0 && timeout_ns != 0) {
+        int64_t deadline = pl_deadline_ns(timeout_ns);
+        port->waiting_receivers++;
+        while (!port->dead && port->count == 0 && pl_now_ns() < deadline) {
+            pl_cond_wait_until(&port->receivers, &port->lock, deadline);
+        }
+        port->waiting_receivers--;
+    }
+    pl_status_t status;
+    if (port->dead) {
+        status = PL_ERR_PORT_DIED;
+    } else if (port->count == 0) {
+        status = PL_ERR_TIMED_OUT;
+    } else {
+        status = pl_port_dequeue_locked(port, out, buffer, capacity);
+    }
+    bool wake_receiver = status == PL_OK && port->count > 0 && port->waiting_receivers > 0;
+    bool wake_sender = status == PL_OK && port->waiting_senders > 0;
+    pthread_mutex_unlock(&port->lock);
+
+    if (wake_receiver) pthread_cond_signal(&port->receivers);
+    if (wake_sender) pthread_cond_signal(&port->senders);
+    return status;
+}

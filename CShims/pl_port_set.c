@@ -1,0 +1,569 @@
+/*
+ * pl_port_set.c — port sets: ports and descriptors waited on together, over one libevent event_base.
+ *
+ * The base holds the set's wake-up eventfd, its descriptor members and the receive timer. One receiving
+ * thread at a time loops it (the leader); other receivers wait on the set's condition variable (the
+ * followers) and one of them is signalled when the leader leaves or when work is left over for them.
+ */
+#include "pl_internal.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* A set looks at its descriptors at least this often while its ports are flooded, so that a busy port
+ * cannot starve a descriptor member. */
+#define PL_FD_POLL_EVERY 64u
+
+/* ---- libevent set-up ------------------------------------------------------------------------------- */
+
+static pthread_once_t pl_libevent_once = PTHREAD_ONCE_INIT;
+static int pl_libevent_threads_ok = 0;
+
+/* libevent must be told to use pthreads before the first event_base exists (SPEC §8). */
+static void pl_libevent_init(void) { pl_libevent_threads_ok = evthread_use_pthreads() == 0; }
+
+static void pl_on_wake(evutil_socket_t fd, short what, void *arg) {
+    (void)what;
+    pl_port_set_t *set = arg;
+    uint64_t value;
+    ssize_t n;
+    do { n = read(fd, &value, sizeof value); } while (n < 0 && errno == EINTR);
+    pthread_mutex_lock(&set->lock);
+    set->wake_pending = false;
+    pthread_mutex_unlock(&set->lock);
+}
+
+static void pl_on_timer(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what; (void)arg; /* its only job is to end event_base_loop(EVLOOP_ONCE) */
+}
+
+static void pl_on_fd_readable(evutil_socket_t fd, short what, void *arg) {
+    (void)fd; (void)what;
+    pl_fd_member_t *member = arg;
+    pl_port_set_t *set = member->set;
+    pthread_mutex_lock(&set->lock);
+    if (!member->removed && !member->ready) {
+        member->ready = true;
+        member->next_ready = NULL;
+        if (set->fd_ready_tail) set->fd_ready_tail->next_ready = member; else set->fd_ready_head = member;
+        set->fd_ready_tail = member;
+    }
+    pthread_mutex_unlock(&set->lock);
+}
+
+/* ---- lifetime -------------------------------------------------------------------------------------- */
+
+static void pl_port_set_free(pl_port_set_t *set) {
+    if (set->wake_event) event_free(set->wake_event);
+    if (set->timer_event) event_free(set->timer_event);
+    if (set->base) event_base_free(set->base);
+    if (set->wake_fd >= 0) close(set->wake_fd);
+    pthread_cond_destroy(&set->followers);
+    pthread_mutex_destroy(&set->lock);
+    free(set);
+}
+
+pl_status_t pl_port_set_create(pl_port_set_t **out_set) {
+    if (out_set == NULL) return PL_ERR_INVALID_ARG;
+    *out_set = NULL;
+    pthread_once(&pl_libevent_once, pl_libevent_init);
+    if (!pl_libevent_threads_ok) return PL_ERR_SYSTEM;
+
+    pl_port_set_t *set = calloc(1, sizeof *set);
+    if (set == NULL) return PL_ERR_NO_MEMORY;
+    pthread_mutex_init(&set->lock, NULL);
+    pl_cond_init_monotonic(&set->followers);
+    atomic_init(&set->refs, 1);
+    set->wake_fd = -1;
+
+    /* The precise timer makes libevent use CLOCK_MONOTONIC and a timerfd instead of the coarse clock and
+     * epoll's millisecond timeout (SPEC §8). */
+    struct event_config *config = event_config_new();
+    if (config == NULL) { pl_port_set_free(set); return PL_ERR_NO_MEMORY; }
+    event_config_set_flag(config, EVENT_BASE_FLAG_PRECISE_TIMER);
+    set->base = event_base_new_with_config(config);
+    event_config_free(config);
+    set->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (set->base == NULL || set->wake_fd < 0) { pl_port_set_free(set); return PL_ERR_SYSTEM; }
+    set->wake_event = event_new(set->base, set->wake_fd, EV_READ | EV_PERSIST, pl_on_wake, set);
+    set->timer_event = evtimer_new(set->base, pl_on_timer, set);
+    if (set->wake_event == NULL || set->timer_event == NULL || event_add(set->wake_event, NULL) != 0) {
+        pl_port_set_free(set);
+        return PL_ERR_SYSTEM;
+    }
+    *out_set = set;
+    return PL_OK;
+}
+
+void pl_port_set_retain(pl_port_set_t *set) {
+    if (set != NULL) atomic_fetch_add_explicit(&set->refs, 1, memory_order_relaxed);
+}
+
+void pl_port_set_release(pl_port_set_t *set) {
+    if (set == NULL) return;
+    if (atomic_fetch_sub_explicit(&set->refs, 1, memory_order_acq_rel) != 1) return;
+    pl_port_set_destroy(set); /* no-op if destroyed already */
+    pl_port_set_free(set);
+}
+
+static void pl_wake_fd_write(pl_port_set_t *set) {
+    uint64_t one = 1;
+    ssize_t n;
+    do { n = write(set->wake_fd, &one, sizeof one); } while (n < 0 && errno == EINTR);
+}
+
+/* Removes every port membership. Lock order is port before set, so each is taken, the set unlocked,
+ * and the port locked to unlink it; one that a port's destruction unlinked meanwhile is skipped. */
+static void pl_port_set_remove_all_ports(pl_port_set_t *set) {
+    for (;;) {
+        pthread_mutex_lock(&set->lock);
+        pl_membership_t *m = set->members_head;
+        if (m == NULL) { pthread_mutex_unlock(&set->lock); return; }
+        pl_port_t *port = m->port;
+        pl_port_retain_internal(port);
+        pthread_mutex_unlock(&set->lock);
+
+        pthread_mutex_lock(&port->lock);
+        pl_membership_t **link = &port->memberships;
+        while (*link != NULL && !(*link == m && m->set == set)) link = &(*link)->next_of_port;
+        bool found = *link != NULL;
+        if (found) {
+            *link = m->next_of_port;
+            pl_port_set_unlink_locked(m);
+        }
+        pthread_mutex_unlock(&port->lock);
+        if (found) free(m);
+        pl_port_release_internal(port);
+    }
+}
+
+pl_status_t pl_port_set_destroy(pl_port_set_t *set) {
+    if (set == NULL) return PL_ERR_INVALID_ARG;
+    pthread_mutex_lock(&set->lock);
+    if (set->dead) { pthread_mutex_unlock(&set->lock); return PL_ERR_INVALID_NAME; }
+    set->dead = true;
+    bool wake_leader = set->polling && !set->wake_pending;
+    if (wake_leader) set->wake_pending = true;
+    bool wake_followers = set->sleeping_followers > 0;
+    pl_fd_member_t *fds = set->fds;
+    set->fds = NULL;
+    set->fd_ready_head = set->fd_ready_tail = NULL;
+    set->fd_count = 0;
+    for (pl_fd_member_t *f = fds; f != NULL; f = f->next_member) f->removed = true;
+    pthread_mutex_unlock(&set->lock);
+
+    if (wake_leader) pl_wake_fd_write(set);
+    if (wake_followers) pthread_cond_broadcast(&set->followers);
+    pl_port_set_remove_all_ports(set);
+    while (fds != NULL) {
+        pl_fd_member_t *next = fds->next_member;
+        event_free(fds->event); /* deletes it first, waiting out a callback running elsewhere */
+        free(fds);
+        fds = next;
+    }
+    return PL_OK;
+}
+
+/* ---- ready lists (set lock held) ------------------------------------------------------------------- */
+
+static void pl_ready_push(pl_port_set_t *set, pl_membership_t *m, bool at_head) {
+    m->in_ready = true;
+    if (at_head) {
+        m->prev_ready = NULL;
+        m->next_ready = set->ready_head;
+        if (set->ready_head) set->ready_head->prev_ready = m; else set->ready_tail = m;
+        set->ready_head = m;
+    } else {
+        m->next_ready = NULL;
+        m->prev_ready = set->ready_tail;
+        if (set->ready_tail) set->ready_tail->next_ready = m; else set->ready_head = m;
+        set->ready_tail = m;
+    }
+}
+
+static void pl_ready_remove(pl_port_set_t *set, pl_membership_t *m) {
+    if (!m->in_ready) return;
+    if (m->prev_ready) m->prev_ready->next_ready = m->next_ready; else set->ready_head = m->next_ready;
+    if (m->next_ready) m->next_ready->prev_ready = m->prev_ready; else set->ready_tail = m->prev_ready;
+    m->prev_ready = m->next_ready = NULL;
+    m->in_ready = false;
+}
+
+static void pl_wake_list_add(pl_wake_list_t *wakes, pl_port_set_t *set, uint8_t action) {
+    pl_port_set_retain(set);
+    if (wakes->count < 8) {
+        wakes->sets[wakes->count] = set;
+        wakes->actions[wakes->count] = action;
+    } else {
+        uint32_t extra = wakes->count - 8;
+        if (extra == wakes->more_capacity) {
+            uint32_t capacity = wakes->more_capacity ? wakes->more_capacity * 2 : 8;
+            pl_port_set_t **sets = realloc(wakes->more_sets, capacity * sizeof *sets);
+            uint8_t *actions = sets ? realloc(wakes->more_actions, capacity) : NULL;
+            if (sets) wakes->more_sets = sets;
+            if (actions == NULL) {
+                /* Out of memory: wake this set now, under the lock, rather than lose the wake-up. */
+                if (action == PL_WAKE_EVENTFD) pl_wake_fd_write(set); else pthread_cond_signal(&set->followers);
+                atomic_fetch_sub_explicit(&set->refs, 1, memory_order_relaxed);
+                return;
+            }
+            wakes->more_actions = actions;
+            wakes->more_capacity = capacity;
+        }
+        wakes->more_sets[extra] = set;
+        wakes->more_actions[extra] = action;
+    }
+    wakes->count++;
+}
+
+/* With the set lock held and work left in the set: make sure somebody asleep on it will look. */
+static void pl_wake_one_locked(pl_port_set_t *set, pl_wake_list_t *wakes) {
+    if (set->sleeping_followers > 0) {
+        pl_wake_list_add(wakes, set, PL_WAKE_FOLLOWER);
+    } else if (set->polling && !set->wake_pending) {
+        set->wake_pending = true;
+        set->wakes++;
+        pl_wake_list_add(wakes, set, PL_WAKE_EVENTFD);
+    }
+}
+
+void pl_port_set_mark_ready_locked(pl_membership_t *m, bool at_head, pl_wake_list_t *wakes) {
+    pl_port_set_t *set = m->set;
+    pthread_mutex_lock(&set->lock);
+    if (!set->dead && !m->in_ready) {
+        pl_ready_push(set, m, at_head);
+        /* A leader in the base is woken first: it may be the only thread that will look. */
+        if (set->polling && !set->wake_pending) {
+            set->wake_pending = true;
+            set->wakes++;
+            pl_wake_list_add(wakes, set, PL_WAKE_EVENTFD);
+        } else if (set->sleeping_followers > 0) {
+            pl_wake_list_add(wakes, set, PL_WAKE_FOLLOWER);
+        }
+    }
+    pthread_mutex_unlock(&set->lock);
+}
+
+void pl_wake_list_run(pl_wake_list_t *wakes) {
+    for (uint32_t i = 0; i < wakes->count; i++) {
+        pl_port_set_t *set = i < 8 ? wakes->sets[i] : wakes->more_sets[i - 8];
+        uint8_t action = i < 8 ? wakes->actions[i] : wakes->more_actions[i - 8];
+        if (action == PL_WAKE_EVENTFD) pl_wake_fd_write(set); else pthread_cond_signal(&set->followers);
+        pl_port_set_release(set);
+    }
+    free(wakes->more_sets);
+    free(wakes->more_actions);
+    wakes->count = 0;
+}
+
+void pl_port_set_unlink_locked(pl_membership_t *m) {
+    pl_port_set_t *set = m->set;
+    pthread_mutex_lock(&set->lock);
+    pl_ready_remove(set, m);
+    if (m->prev_in_set) m->prev_in_set->next_in_set = m->next_in_set; else set->members_head = m->next_in_set;
+    if (m->next_in_set) m->next_in_set->prev_in_set = m->prev_in_set;
+    set->port_count--;
+    pthread_mutex_unlock(&set->lock);
+}
+
+/* ---- membership ------------------------------------------------------------------------------------ */
+
+static pl_membership_t *pl_find_membership_locked(pl_port_t *port, pl_port_set_t *set) {
+    for (pl_membership_t *m = port->memberships; m != NULL; m = m->next_of_port) {
+        if (m->set == set) return m;
+    }
+    return NULL;
+}
+
+pl_status_t pl_port_set_insert(pl_port_set_t *set, pl_port_t *port) {
+    if (set == NULL || port == NULL) return PL_ERR_INVALID_ARG;
+    pl_membership_t *m = calloc(1, sizeof *m);
+    if (m == NULL) return PL_ERR_NO_MEMORY;
+    m->port = port;
+    m->set = set;
+
+    pl_wake_list_t wakes = { .count = 0 };
+    pl_status_t status = PL_OK;
+    pthread_mutex_lock(&port->lock);
+    if (port->dead) {
+        status = PL_ERR_INVALID_NAME;
+    } else if (pl_find_membership_locked(port, set) != NULL) {
+        status = PL_ERR_ALREADY_IN_SET;
+    } else {
+        pthread_mutex_lock(&set->lock);
+        if (set->dead) {
+            status = PL_ERR_INVALID_NAME;
+        } else {
+            m->next_in_set = set->members_head;
+            if (set->members_head) set->members_head->prev_in_set = m;
+            set->members_head = m;
+            set->port_count++;
+        }
+        pthread_mutex_unlock(&set->lock);
+        if (status == PL_OK) {
+            m->next_of_port = port->memberships;
+            port->memberships = m;
+            if (port->count > 0) pl_port_set_mark_ready_locked(m, false, &wakes);
+        }
+    }
+    pthread_mutex_unlock(&port->lock);
+    pl_wake_list_run(&wakes);
+    if (status != PL_OK) free(m);
+    return status;
+}
+
+pl_status_t pl_port_set_extract(pl_port_set_t *set, pl_port_t *port) {
+    if (set == NULL || port == NULL) return PL_ERR_INVALID_ARG;
+    pthread_mutex_lock(&set->lock);
+    bool dead = set->dead;
+    pthread_mutex_unlock(&set->lock);
+    if (dead) return PL_ERR_INVALID_NAME;
+
+    pthread_mutex_lock(&port->lock);
+    pl_membership_t **link = &port->memberships;
+    while (*link != NULL && (*link)->set != set) link = &(*link)->next_of_port;
+    pl_membership_t *m = *link;
+    if (m != NULL) {
+        *link = m->next_of_port;
+        pl_port_set_unlink_locked(m);
+    }
+    pthread_mutex_unlock(&port->lock);
+    if (m == NULL) return PL_ERR_NOT_IN_SET;
+    free(m);
+    return PL_OK;
+}
+
+int pl_port_set_contains(pl_port_set_t *set, pl_port_t *port) {
+    if (set == NULL || port == NULL) return 0;
+    pthread_mutex_lock(&port->lock);
+    bool found = pl_find_membership_locked(port, set) != NULL;
+    pthread_mutex_unlock(&port->lock);
+    return found;
+}
+
+pl_status_t pl_port_set_insert_fd(pl_port_set_t *set, int fd) {
+    if (set == NULL || fd < 0 || fcntl(fd, F_GETFD) == -1) return PL_ERR_INVALID_ARG;
+    pl_fd_member_t *member = calloc(1, sizeof *member);
+    if (member == NULL) return PL_ERR_NO_MEMORY;
+    member->fd = fd;
+    member->set = set;
+
+    pl_status_t status = PL_OK;
+    pthread_mutex_lock(&set->lock);
+    if (set->dead) {
+        status = PL_ERR_INVALID_NAME;
+    } else {
+        for (pl_fd_member_t *f = set->fds; f != NULL; f = f->next_member) {
+            if (f->fd == fd) { status = PL_ERR_ALREADY_IN_SET; break; }
+        }
+    }
+    if (status == PL_OK) {
+        /* event_add under the set lock is safe: libevent runs callbacks (which take this lock) without
+         * holding its own base lock. event_del is another matter; see pl_port_set_extract_fd. */
+        member->event = event_new(set->base, fd, EV_READ | EV_PERSIST, pl_on_fd_readable, member);
+        if (member->event == NULL) {
+            status = PL_ERR_NO_MEMORY;
+        } else if (event_add(member->event, NULL) != 0) {
+            status = PL_ERR_INVALID_ARG; /* epoll refuses it: e.g. a regular file */
+        } else {
+            member->next_member = set->fds;
+            set->fds = member;
+            set->fd_count++;
+        }
+    }
+    pthread_mutex_unlock(&set->lock);
+    if (status != PL_OK) {
+        if (member->event) event_free(member->event);
+        free(member);
+    }
+    return status;
+}
+
+pl_status_t pl_port_set_extract_fd(pl_port_set_t *set, int fd) {
+    if (set == NULL) return PL_ERR_INVALID_ARG;
+    pthread_mutex_lock(&set->lock);
+    if (set->dead) { pthread_mutex_unlock(&set->lock); return PL_ERR_INVALID_NAME; }
+    pl_fd_member_t **link = &set->fds;
+    while (*link != NULL && (*link)->fd != fd) link = &(*link)->next_member;
+    pl_fd_member_t *member = *link;
+    if (member != NULL) {
+        *link = member->next_member;
+        member->removed = true;
+        set->fd_count--;
+        if (member->ready) {
+            pl_fd_member_t **r = &set->fd_ready_head, *prev = NULL;
+            while (*r != member) { prev = *r; r = &(*r)->next_ready; }
+            *r = member->next_ready;
+            if (set->fd_ready_tail == member) set->fd_ready_tail = prev;
+        }
+    }
+    pthread_mutex_unlock(&set->lock);
+    if (member == NULL) return PL_ERR_NOT_IN_SET;
+    /* Outside the lock: event_del waits for a callback running in the leader, which takes the lock. */
+    event_free(member->event);
+    free(member);
+    return PL_OK;
+}
+
+uint32_t pl_port_set_member_count(pl_port_set_t *set) {
+    if (set == NULL) return 0;
+    pthread_mutex_lock(&set->lock);
+    uint32_t n = set->port_count + set->fd_count;
+    pthread_mutex_unlock(&set->lock);
+    return n;
+}
+
+void pl_port_set_wake_stats(pl_port_set_t *set, uint64_t *out_sleeps, uint64_t *out_wakes) {
+    if (set == NULL) return;
+    pthread_mutex_lock(&set->lock);
+    if (out_sleeps) *out_sleeps = set->sleeps;
+    if (out_wakes) *out_wakes = set->wakes;
+    pthread_mutex_unlock(&set->lock);
+}
+
+/* ---- receive --------------------------------------------------------------------------------------- */
+
+/* Runs the base once without the set lock: blocking until something happens or the deadline (INT64_MAX:
+ * no timer), or just collecting what is ready (nonblocking). The caller has set `polling`. */
+static void pl_loop_base_unlocked(pl_port_set_t *set, int64_t deadline, bool nonblocking) {
+    if (nonblocking) {
+        event_base_loop(set->base, EVLOOP_NONBLOCK);
+        return;
+    }
+    bool timed = deadline != INT64_MAX;
+    if (timed) {
+        int64_t remaining = deadline - pl_now_ns();
+        if (remaining < 0) remaining = 0;
+        int64_t micros = (remaining + 999) / 1000; /* round up: never wake before the deadline */
+        struct timeval tv = { .tv_sec = micros / 1000000, .tv_usec = micros % 1000000 };
+        event_add(set->timer_event, &tv);
+    }
+    event_base_loop(set->base, EVLOOP_ONCE);
+    if (timed) event_del(set->timer_event);
+}
+
+/* Takes one message from the first ready port. Called with the set lock held and ready_head set; returns
+ * with the set lock released. *handled is false when the port turned out empty (another receiver took it). */
+static pl_status_t pl_take_from_ready_port(pl_port_set_t *set, pl_received_t *out, void *buffer,
+                                           size_t capacity, bool *handled) {
+    pl_membership_t *m = set->ready_head;
+    pl_ready_remove(set, m);
+    pl_port_t *port = m->port;
+    pl_port_retain_internal(port);
+    pl_wake_list_t wakes = { .count = 0 };
+    if (set->ready_head != NULL || set->fd_ready_head != NULL) pl_wake_one_locked(set, &wakes);
+    pthread_mutex_unlock(&set->lock);
+
+    pl_status_t status = PL_OK;
+    bool wake_receiver = false, wake_sender = false;
+    pthread_mutex_lock(&port->lock);
+    *handled = port->count > 0;
+    if (*handled) {
+        status = pl_port_dequeue_locked(port, out, buffer, capacity);
+        /* m may have been freed while unlocked; look the membership up again under the port lock. */
+        pl_membership_t *again = pl_find_membership_locked(port, set);
+        if (again != NULL && port->count > 0) {
+            /* Round-robin: a port with more goes to the back; a too-large message stays first. */
+            pl_port_set_mark_ready_locked(again, status == PL_ERR_TOO_LARGE, &wakes);
+        }
+        wake_receiver = status == PL_OK && port->count > 0 && port->waiting_receivers > 0;
+        wake_sender = status == PL_OK && port->waiting_senders > 0;
+    }
+    pthread_mutex_unlock(&port->lock);
+    if (wake_receiver) pthread_cond_signal(&port->receivers);
+    if (wake_sender) pthread_cond_signal(&port->senders);
+    pl_wake_list_run(&wakes);
+    pl_port_release_internal(port);
+    return status;
+}
+
+pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *buffer, size_t capacity,
+                                int64_t timeout_ns) {
+    if (set == NULL || out == NULL || !pl_timeout_valid(timeout_ns)) return PL_ERR_INVALID_ARG;
+    if (capacity > 0 && buffer == NULL) return PL_ERR_INVALID_ARG;
+    memset(out, 0, sizeof *out);
+    out->fd = -1;
+
+    int64_t deadline = pl_deadline_ns(timeout_ns);
+    bool polled_once = false;   /* for timeout 0: descriptors were looked at */
+    bool was_leader = false;
+    pl_status_t status;
+
+    pthread_mutex_lock(&set->lock);
+    if (set->dead) { pthread_mutex_unlock(&set->lock); return PL_ERR_INVALID_NAME; }
+    for (;;) {
+        if (set->dead) { status = PL_ERR_PORT_DIED; break; }
+
+        /* Under a flood of messages, look at the descriptors now and then. */
+        if (set->fd_count > 0 && set->ready_head != NULL && !set->polling &&
+            ++set->receives_since_fd_poll >= PL_FD_POLL_EVERY) {
+            set->receives_since_fd_poll = 0;
+            set->polling = true;
+            pthread_mutex_unlock(&set->lock);
+            pl_loop_base_unlocked(set, 0, true);
+            pthread_mutex_lock(&set->lock);
+            set->polling = false;
+        }
+
+        if (set->fd_ready_head != NULL) {
+            pl_fd_member_t *member = set->fd_ready_head;
+            set->fd_ready_head = member->next_ready;
+            if (set->fd_ready_head == NULL) set->fd_ready_tail = NULL;
+            member->ready = false;
+            out->kind = PL_RECEIVED_FD;
+            out->fd = member->fd;
+            status = PL_OK;
+            break;
+        }
+        if (set->ready_head != NULL) {
+            bool handled;
+            status = pl_take_from_ready_port(set, out, buffer, capacity, &handled);
+            if (handled && !was_leader) return status; /* the common case: one lock round per message */
+            pthread_mutex_lock(&set->lock);
+            if (handled) break;
+            continue;
+        }
+
+        int64_t now = pl_now_ns();
+        if (timeout_ns == 0 || now >= deadline) {
+            if (timeout_ns == 0 && !polled_once && set->fd_count > 0 && !set->polling) {
+                polled_once = true;
+                set->polling = true;
+                pthread_mutex_unlock(&set->lock);
+                pl_loop_base_unlocked(set, 0, true);
+                pthread_mutex_lock(&set->lock);
+                set->polling = false;
+                continue;
+            }
+            status = PL_ERR_TIMED_OUT;
+            break;
+        }
+
+        if (!set->polling) {
+            /* Become the leader: sleep in the base until a wake-up, a descriptor or the deadline. */
+            set->polling = true;
+            was_leader = true;
+            set->sleeps++;
+            pthread_mutex_unlock(&set->lock);
+            pl_loop_base_unlocked(set, deadline, false);
+            pthread_mutex_lock(&set->lock);
+            set->polling = false;
+        } else {
+            set->sleeping_followers++;
+            pl_cond_wait_until(&set->followers, &set->lock, deadline);
+            set->sleeping_followers--;
+        }
+    }
+
+    /* A leader that leaves hands the base to a follower, who may still be waiting for something. */
+    bool hand_over = was_leader && !set->polling && set->sleeping_followers > 0;
+    pthread_mutex_unlock(&set->lock);
+    if (hand_over) pthread_cond_signal(&set->followers);
+    return status;
+}

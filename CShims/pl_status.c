@@ -1,0 +1,22 @@
+/*
+ * pl_status.c — human-readable status descriptions, so that C callers and the Swift error type print
+ * the same words.
+ */
+#include "portloop.h"
+
+const char *pl_status_describe(pl_status_t status) {
+    switch (status) {
+    case PL_OK: return "success";
+    case PL_ERR_TIMED_OUT: return "timed out";
+    case PL_ERR_INVALID_DEST: return "invalid destination: the port was destroyed";
+    case PL_ERR_PORT_DIED: return "port died: destroyed while waiting";
+    case PL_ERR_TOO_LARGE: return "message too large";
+    case PL_ERR_INVALID_ARG: return "invalid argument";
+    case PL_ERR_ALREADY_IN_SET: return "already a member of the set";
+    case PL_ERR_NOT_IN_SET: return "not a member of the set";
+    case PL_ERR_INVALID_NAME: return "invalid name: the port or set was destroyed";
+    case PL_ERR_NO_MEMORY: return "out of memory";
+    case PL_ERR_SYSTEM: return "system call failed";
+    }
+    return "unknown status";
+}

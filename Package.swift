@@ -1,0 +1,41 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "PortLoop",
+    products: [
+        .library(name: "PortLoop", targets: ["PortLoop"]),
+        .executable(name: "portloop-demo", targets: ["PortLoopDemo"]),
+    ],
+    targets: [
+        // libevent from the system: libevent_core plus libevent_pthreads (SPEC §8).
+        .systemLibrary(
+            name: "CLibevent",
+            path: "Sources/CLibevent",
+            pkgConfig: "libevent_core",
+            providers: [.apt(["libevent-dev", "pkg-config"])]
+        ),
+        // The Mach stand-in: ports, port sets, messages, timed receive.
+        .target(
+            name: "CPortLoop",
+            dependencies: ["CLibevent"],
+            path: "CShims",
+            publicHeadersPath: "include",
+            // C files do not autolink the module map's libraries, so name them here too.
+            linkerSettings: [.linkedLibrary("event_core"), .linkedLibrary("event_pthreads")]
+        ),
+        .target(
+            name: "PortLoop",
+            dependencies: ["CPortLoop"]
+        ),
+        .executableTarget(
+            name: "PortLoopDemo",
+            dependencies: ["PortLoop"]
+        ),
+        .testTarget(
+            name: "PortLoopTests",
+            dependencies: ["PortLoop", "CPortLoop"]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

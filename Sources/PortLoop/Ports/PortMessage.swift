@@ -1,0 +1,89 @@
+import CPortLoop
+
+/// A received message (`mach_msg_header_t`, its body and the receive trailer).
+public struct PortMessage: Sendable {
+    /// The sender's uninterpreted id (`msgh_id`).
+    public var id: Int32
+    /// The payload bytes.
+    public var payload: [UInt8]
+    /// A send right to answer on, if the sender gave one (`msgh_remote_port` on receipt).
+    public var replyPort: PortSendRight?
+    /// The port the message arrived on; useful when receiving on a ``PortSet``.
+    public var arrivalPort: PortName
+
+    public init(id: Int32, payload: [UInt8], replyPort: PortSendRight?, arrivalPort: PortName) {
+        self.id = id
+        self.payload = payload
+        self.replyPort = replyPort
+        self.arrivalPort = arrivalPort
+    }
+}
+
+/// The header of a message received into a caller's buffer, without copying the payload into an array.
+public struct PortMessageHeader: Sendable {
+    /// The sender's uninterpreted id (`msgh_id`).
+    public var id: Int32
+    /// How many payload bytes were written to the buffer.
+    public var size: Int
+    /// A send right to answer on, if the sender gave one.
+    public var replyPort: PortSendRight?
+    /// The port the message arrived on.
+    public var arrivalPort: PortName
+}
+
+extension pl_received_t {
+    /// Takes ownership of the reply right carried by a received message.
+    func adoptReplyPort() -> PortSendRight? {
+        reply.map { PortSendRight(adopting: $0) }
+    }
+}
+
+/// A C receive call: fills the header, copies the payload into the buffer, honours the timeout.
+typealias CReceive = (UnsafeMutablePointer<pl_received_t>, UnsafeMutableRawPointer?, Int, Int64) -> pl_status_t
+
+/// Receives one message into an exactly-sized array (one allocation, none for an empty payload).
+///
+/// The first attempt uses a stack buffer. A larger message is reported by the C layer with the size it
+/// needs while it stays queued; the array is then allocated and the receive repeated at once. If another
+/// receiver took that message meanwhile, the wait resumes with what is left of the timeout.
+func receiveIntoArray(timeout: PortTimeout, maxSize: Int,
+                      _ receive: CReceive) throws(PortError) -> (pl_received_t, [UInt8]) {
+    guard maxSize >= 0 else {
+        throw .invalidArgument(argument: "maxSize", reason: "negative: \(maxSize)")
+    }
+    let timeoutNanoseconds = try timeout.nanoseconds()
+    let deadline = timeoutNanoseconds > 0 ? monotonicNanoseconds() &+ timeoutNanoseconds : 0
+    let stackCapacity = 256
+
+    while true {
+        var header = pl_received_t()
+        var payload: [UInt8] = []
+        var remaining = timeoutNanoseconds
+        if timeoutNanoseconds > 0 {
+            remaining = max(0, deadline - monotonicNanoseconds())
+            if remaining == 0 { remaining = 1 }
+        }
+        var status = withUnsafeTemporaryAllocation(byteCount: stackCapacity, alignment: 16) { buffer in
+            let status = receive(&header, buffer.baseAddress, min(stackCapacity, maxSize), remaining)
+            if status == PL_OK && header.kind == PL_RECEIVED_MESSAGE && header.size > 0 {
+                payload = Array(UnsafeRawBufferPointer(start: buffer.baseAddress, count: Int(header.size)))
+            }
+            return status
+        }
+        while status == PL_ERR_TOO_LARGE {
+            let needed = Int(header.size)
+            guard needed <= maxSize else { throw .tooLarge(size: needed, limit: maxSize) }
+            payload = [UInt8](unsafeUninitializedCapacity: needed) { buffer, count in
+                status = receive(&header, buffer.baseAddress, needed, 0)
+                count = status == PL_OK ? Int(header.size) : 0
+            }
+        }
+        if status == PL_ERR_TIMED_OUT && timeoutNanoseconds != 0 &&
+            (timeoutNanoseconds == PL_TIMEOUT_FOREVER || monotonicNanoseconds() < deadline) {
+            continue // the large message went to another receiver; keep waiting
+        }
+        try PortError.check(status, operation: "receive")
+        return (header, payload)
+    }
+}
+

@@ -1,0 +1,70 @@
+import CPortLoop
+
+/// A send right: a copyable handle through which any thread may send to a port
+/// (a Mach send right, `MACH_PORT_RIGHT_SEND`).
+///
+/// Copies share one underlying right, released when the last copy goes (`mach_port_deallocate`). Two send
+/// rights are equal when they name the same port. A right to a destroyed port is a dead name: sends through
+/// it throw ``PortError/invalidDestination``.
+public struct PortSendRight: Hashable, Sendable, CustomStringConvertible {
+    /// Owns one C send right.
+    final class Reference: @unchecked Sendable {
+        let port: OpaquePointer
+        /// Adopts a send right the caller already owns.
+        init(adopting port: OpaquePointer) { self.port = port }
+        deinit { pl_port_release_send(port) }
+    }
+    let reference: Reference
+
+    /// Adopts a C send right (e.g. a received reply right); the new value releases it.
+    init(adopting port: OpaquePointer) { reference = Reference(adopting: port) }
+
+    /// Makes a new send right to a port (`MACH_MSG_TYPE_MAKE_SEND`).
+    init(makingFor port: OpaquePointer) {
+        pl_port_make_send(port)
+        reference = Reference(adopting: port)
+    }
+
+    var port: OpaquePointer { reference.port }
+
+    /// The name of the port this right sends to.
+    public var name: PortName { PortName(rawValue: pl_port_name(port)) }
+
+    /// Whether the port's receive right was destroyed, so that sends will fail.
+    public var isDeadName: Bool { pl_port_is_alive(port) == 0 }
+
+    /// Sends a message (`mach_msg` with `MACH_SEND_MSG`, and `MACH_SEND_TIMEOUT` unless `timeout` is
+    /// `.forever`). The payload is copied.
+    ///
+    /// - Parameters:
+    ///   - id: an uninterpreted message id (`msgh_id`).
+    ///   - payload: the bytes to send, at most the port's ``PortReceiveRight/maxMessageSize``.
+    ///   - replyPort: a port the receiver may answer on (`msgh_local_port`); the message carries a new send
+    ///     right to it.
+    ///   - timeout: how long to wait for room when the queue is full; `.poll` fails at once.
+    /// - Throws: ``PortError/timedOut`` (full), ``PortError/tooLarge(size:limit:)``,
+    ///   ``PortError/invalidDestination`` (destroyed port), ``PortError/invalidArgument(argument:reason:)``
+    ///   (bad timeout). Nothing is queued when it throws.
+    public func send(id: Int32 = 0, payload: UnsafeRawBufferPointer, replyPort: PortSendRight? = nil,
+                     timeout: PortTimeout = .forever) throws(PortError) {
+        let nanoseconds = try timeout.nanoseconds()
+        let status = pl_port_send(port, id, payload.baseAddress, payload.count, replyPort?.port, nanoseconds)
+        try PortError.check(status, operation: "send", size: payload.count,
+                            limit: Int(pl_port_get_max_msg_size(port)))
+    }
+
+    /// Sends a message whose payload is `bytes` (`mach_msg` with `MACH_SEND_MSG`); see
+    /// ``send(id:payload:replyPort:timeout:)-(_,UnsafeRawBufferPointer,_,_)``.
+    public func send(id: Int32 = 0, bytes: [UInt8] = [], replyPort: PortSendRight? = nil,
+                     timeout: PortTimeout = .forever) throws(PortError) {
+        // withUnsafeBytes cannot rethrow a typed error, so the result travels out as a value.
+        let result: Result<Void, PortError> = bytes.withUnsafeBytes { raw in
+            Result { () throws(PortError) in try send(id: id, payload: raw, replyPort: replyPort, timeout: timeout) }
+        }
+        try result.get()
+    }
+
+    public static func == (lhs: PortSendRight, rhs: PortSendRight) -> Bool { lhs.port == rhs.port }
+    public func hash(into hasher: inout Hasher) { hasher.combine(name) }
+    public var description: String { "PortSendRight(\(name)\(isDeadName ? ", dead" : ""))" }
+}
