@@ -433,7 +433,9 @@ void pl_port_set_wake_stats(pl_port_set_t *set, uint64_t *out_sleeps, uint64_t *
  * no timer), or just collecting what is ready (nonblocking). The caller has set `polling`. */
 static void pl_loop_base_unlocked(pl_port_set_t *set, int64_t deadline, bool nonblocking) {
     if (nonblocking) {
-        event_base_loop(set->base, EVLOOP_NONBLOCK);
+        /* NONBLOCK alone keeps looping while a level-triggered descriptor stays readable; with ONCE it
+         * returns after one round of callbacks. */
+        event_base_loop(set->base, EVLOOP_NONBLOCK | EVLOOP_ONCE);
         return;
     }
     bool timed = deadline != INT64_MAX;

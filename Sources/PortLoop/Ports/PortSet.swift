@@ -8,6 +8,14 @@ public enum PortSetEvent: Sendable {
     case readable(fileDescriptor: Int32)
 }
 
+/// What a receive into a caller's buffer on a ``PortSet`` returned.
+public enum PortSetBufferEvent: Sendable {
+    /// A message whose payload is in the buffer; ``PortMessageHeader/arrivalPort`` names its port.
+    case message(PortMessageHeader)
+    /// A descriptor member became readable.
+    case readable(fileDescriptor: Int32)
+}
+
 /// A set of ports and file descriptors waited on together (a Mach port set,
 /// `mach_port_allocate` with `MACH_PORT_RIGHT_PORT_SET`).
 ///
@@ -88,6 +96,18 @@ public final class PortSet: @unchecked Sendable {
         if header.kind == PL_RECEIVED_FD { return .readable(fileDescriptor: header.fd) }
         return .message(PortMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(),
                                     arrivalPort: PortName(rawValue: header.arrival_name)))
+    }
+
+    /// Receives into `buffer` without allocating (`mach_msg` with `MACH_RCV_LARGE` on a port-set name).
+    /// A message larger than the buffer stays queued and the call throws ``PortError/tooLarge(size:limit:)``.
+    public func receive(into buffer: UnsafeMutableRawBufferPointer,
+                        timeout: PortTimeout = .forever) throws(PortError) -> PortSetBufferEvent {
+        var header = pl_received_t()
+        let status = pl_port_set_receive(set, &header, buffer.baseAddress, buffer.count, try timeout.nanoseconds())
+        try PortError.check(status, operation: "receive", size: Int(header.size), limit: buffer.count)
+        if header.kind == PL_RECEIVED_FD { return .readable(fileDescriptor: header.fd) }
+        return .message(PortMessageHeader(id: header.id, size: Int(header.size), replyPort: header.adoptReplyPort(),
+                                          arrivalPort: PortName(rawValue: header.arrival_name)))
     }
 
     /// How often receivers went to sleep on this set, and how many wake-ups senders had to write, since it

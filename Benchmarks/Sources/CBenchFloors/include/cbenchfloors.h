@@ -1,0 +1,39 @@
+/*
+ * cbenchfloors.h — raw C "floors" for the PortLoop benchmarks.
+ *
+ * Each function runs one workload the benchmark also runs through PortLoop, written as directly as the
+ * kernel or libevent allow, so a PortLoop figure can be read as "x times the floor". Each spawns its own
+ * threads, does a short untimed warm-up, times only the steady part and returns the elapsed time in
+ * nanoseconds, or -1 if a system call failed (errno tells which).
+ */
+#ifndef CBENCHFLOORS_H
+#define CBENCHFLOORS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Two threads ping-pong over two bare eventfds with blocking read/write.
+ *  Returns the nanoseconds taken by `round_trips` round trips (after `warmup` untimed ones). */
+int64_t bf_eventfd_pingpong(uint64_t warmup, uint64_t round_trips);
+
+/** Two threads, each looping its own libevent event_base (evthread_use_pthreads, precise timer) that
+ *  watches the thread's eventfd; each callback reads its eventfd and writes the other thread's.
+ *  Returns the nanoseconds taken by `round_trips` round trips (after `warmup` untimed ones). */
+int64_t bf_libevent_pingpong(uint64_t warmup, uint64_t round_trips);
+
+/** A producer writes 1 to an eventfd `messages` times; a consumer blocks reading it until the values read
+ *  add up to `messages`. Returns the nanoseconds from the producer's first write to the consumer's last
+ *  read: the cost of one syscall per message with free coalescing on the reading side. */
+int64_t bf_eventfd_counter_throughput(uint64_t messages);
+
+/** CLOCK_MONOTONIC in nanoseconds, the clock every floor uses. */
+int64_t bf_now_ns(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CBENCHFLOORS_H */

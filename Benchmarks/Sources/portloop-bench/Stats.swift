@@ -1,0 +1,31 @@
+/// The runs of one figure and their summary.
+struct Sample: Sendable {
+    var values: [Double]
+    var median: Double { Stats.median(values) }
+    var min: Double { values.min() ?? .nan }
+    var max: Double { values.max() ?? .nan }
+}
+
+enum Stats {
+    /// The median: the middle value, or the mean of the two middle values. NaN when empty.
+    static func median(_ values: [Double]) -> Double {
+        guard !values.isEmpty else { return .nan }
+        let sorted = values.sorted()
+        let mid = sorted.count / 2
+        return sorted.count % 2 == 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2
+    }
+}
+
+/// Runs every variant `runs` times, round-robin (A B C, A B C, …) so that background load and frequency
+/// drift spread over all variants alike, after one discarded round that warms caches and the allocator.
+/// Returns one sample per variant, in order.
+func measureInterleaved(runs: Int, _ variants: [() -> Double]) -> [Sample] {
+    var samples = [Sample](repeating: Sample(values: []), count: variants.count)
+    for round in 0...runs {
+        for (index, variant) in variants.enumerated() {
+            let value = variant()
+            if round > 0 { samples[index].values.append(value) }
+        }
+    }
+    return samples
+}
