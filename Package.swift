@@ -7,6 +7,10 @@ let package = Package(
         .library(name: "PortLoop", targets: ["PortLoop"]),
         .executable(name: "portloop-demo", targets: ["PortLoopDemo"]),
     ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    ],
     targets: [
         // libevent from the system: libevent_core plus libevent_pthreads (SPEC §8).
         .systemLibrary(
@@ -26,7 +30,11 @@ let package = Package(
         ),
         .target(
             name: "PortLoop",
-            dependencies: ["CPortLoop"]
+            dependencies: [
+                "CPortLoop",
+                .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .executableTarget(
             name: "PortLoopDemo",

@@ -243,6 +243,15 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
  *  written, since creation. For tests and benchmarks of wake-up coalescing. */
 void pl_port_set_wake_stats(pl_port_set_t *set, uint64_t *out_sleeps, uint64_t *out_wakes);
 
+/* ------------------------------------------------------------------------------------------------ */
+/* Threads                                                                                            */
+
+/** The kernel's id of the calling thread (gettid). */
+int32_t pl_thread_id(void);
+
+/** The process id, which is also the main thread's kernel id (getpid). */
+int32_t pl_process_id(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,31 @@
+import CPortLoop
+
+/// The state of one mode of one loop (CF's `__CFRunLoopMode`). Guarded by the loop's lock.
+///
+/// Its port set holds the loop's wake-up port and the port of every Source1 in the mode: sleeping in this
+/// mode is a receive on that set, with a timeout for the earliest timer.
+final class LoopMode {
+    let name: PortRunLoop.Mode
+    let portSet: PortSet
+    var sources0: [RunLoopSource] = []
+    var sources1: [PortName: RunLoopPortSource] = [:]
+    var observers: [RunLoopObserver] = []
+    var timers = TimerHeap()
+    var timerEntries: [ObjectIdentifier: TimerHeap.Entry] = [:]
+
+    init(name: PortRunLoop.Mode, wakeUpPort: borrowing PortReceiveRight) throws(PortError) {
+        self.name = name
+        portSet = try PortSet()
+        try portSet.insert(wakeUpPort)
+    }
+
+    /// True when nothing in the mode can make a run do anything: no Source0, Source1 or timer.
+    /// (Pending blocks are counted by the loop, which owns the block queue.)
+    var hasNoSourcesOrTimers: Bool { sources0.isEmpty && sources1.isEmpty && timers.isEmpty }
+
+    /// Inserts an observer after those of lower or equal order (CF: ascending order, insertion order among equals).
+    func insertObserver(_ observer: RunLoopObserver) {
+        let index = observers.firstIndex { $0.order > observer.order } ?? observers.endIndex
+        observers.insert(observer, at: index)
+    }
+}

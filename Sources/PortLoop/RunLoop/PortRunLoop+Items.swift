@@ -1,0 +1,230 @@
+/// Any item a mode can hold.
+enum LoopItem {
+    case source(RunLoopSource)
+    case portSource(RunLoopPortSource)
+    case timer(RunLoopTimer)
+    case observer(RunLoopObserver)
+
+    var attachment: ItemAttachment {
+        switch self {
+        case let .source(item): item.attachment
+        case let .portSource(item): item.attachment
+        case let .timer(item): item.attachment
+        case let .observer(item): item.attachment
+        }
+    }
+
+    var identity: ObjectIdentifier {
+        switch self {
+        case let .source(item): ObjectIdentifier(item)
+        case let .portSource(item): ObjectIdentifier(item)
+        case let .timer(item): ObjectIdentifier(item)
+        case let .observer(item): ObjectIdentifier(item)
+        }
+    }
+}
+
+extension PortRunLoop {
+    // MARK: - Public API (CFRunLoopAdd/Remove/Contains Source, Timer, Observer)
+
+    /// Adds a version-0 source to a mode, or to every common mode with `.common` (`CFRunLoopAddSource`).
+    /// Adding it twice to one mode has no effect. Its `schedule` callback runs for each mode it joins.
+    /// - Throws: ``RunLoopError/threadExited``, ``RunLoopError/attachedToAnotherLoop``,
+    ///   ``RunLoopError/invalidated``.
+    public func add(_ source: RunLoopSource, mode: Mode) throws(RunLoopError) { try add(.source(source), mode: mode) }
+    /// Adds a port source to a mode or to `.common` (`CFRunLoopAddSource` with a version-1 source): its port
+    /// joins the mode's port set, so a message wakes the loop.
+    public func add(_ source: RunLoopPortSource, mode: Mode) throws(RunLoopError) { try add(.portSource(source), mode: mode) }
+    /// Adds a timer to a mode or to `.common` (`CFRunLoopAddTimer`). A timer belongs to one loop.
+    public func add(_ timer: RunLoopTimer, mode: Mode) throws(RunLoopError) { try add(.timer(timer), mode: mode) }
+    /// Adds an observer to a mode or to `.common` (`CFRunLoopAddObserver`). An observer belongs to one loop.
+    public func add(_ observer: RunLoopObserver, mode: Mode) throws(RunLoopError) { try add(.observer(observer), mode: mode) }
+
+    /// Removes a version-0 source from a mode or from `.common` (`CFRunLoopRemoveSource`); its `cancel`
+    /// callback runs for each mode it leaves.
+    public func remove(_ source: RunLoopSource, mode: Mode) { remove(.source(source), mode: mode) }
+    /// Removes a port source from a mode or from `.common` (`CFRunLoopRemoveSource`).
+    public func remove(_ source: RunLoopPortSource, mode: Mode) { remove(.portSource(source), mode: mode) }
+    /// Removes a timer from a mode or from `.common` (`CFRunLoopRemoveTimer`).
+    public func remove(_ timer: RunLoopTimer, mode: Mode) { remove(.timer(timer), mode: mode) }
+    /// Removes an observer from a mode or from `.common` (`CFRunLoopRemoveObserver`).
+    public func remove(_ observer: RunLoopObserver, mode: Mode) { remove(.observer(observer), mode: mode) }
+
+    /// Whether the mode (or the common items, for `.common`) holds the source (`CFRunLoopContainsSource`).
+    public func contains(_ source: RunLoopSource, mode: Mode) -> Bool { contains(.source(source), mode: mode) }
+    /// Whether the mode holds the port source (`CFRunLoopContainsSource`).
+    public func contains(_ source: RunLoopPortSource, mode: Mode) -> Bool { contains(.portSource(source), mode: mode) }
+    /// Whether the mode holds the timer (`CFRunLoopContainsTimer`).
+    public func contains(_ timer: RunLoopTimer, mode: Mode) -> Bool { contains(.timer(timer), mode: mode) }
+    /// Whether the mode holds the observer (`CFRunLoopContainsObserver`).
+    public func contains(_ observer: RunLoopObserver, mode: Mode) -> Bool { contains(.observer(observer), mode: mode) }
+
+    /// The earliest fire date among the mode's timers, or nil (`CFRunLoopGetNextTimerFireDate`).
+    public func nextTimerFireDate(in mode: Mode) -> ContinuousClock.Instant? {
+        let next = lock.withLock { modes[mode]?.timers.first?.fireDate }
+        return next.map { instant(forMonotonic: $0) }
+    }
+
+    // MARK: - Common-mode bookkeeping
+
+    func add(_ item: LoopItem, mode: Mode) throws(RunLoopError) {
+        let (scheduled, wake) = try withLockThrowing { () throws(RunLoopError) -> ([(RunLoopSource, Mode)], Bool) in
+            guard !threadExited else { throw .threadExited }
+            var targets: [Mode] = [mode]
+            if mode == .common {
+                if !commonItems.contains(where: { $0.identity == item.identity }) { commonItems.append(item) }
+                targets = Array(commonModes)
+            }
+            var scheduled: [(RunLoopSource, Mode)] = []
+            var wake = false
+            for target in targets {
+                let state = try modeLocked(target)
+                guard try insertLocked(item, into: state) else { continue }
+                if case let .source(source) = item { scheduled.append((source, target)) }
+                if case .timer = item, sleepingMode === state { wake = true }
+            }
+            return (scheduled, wake)
+        }
+        callScheduleCallouts(scheduled)
+        if wake { wakeUp() }
+    }
+
+    func remove(_ item: LoopItem, mode: Mode) {
+        let cancelled = lock.withLock { () -> [(RunLoopSource, Mode)] in
+            var targets: [Mode] = [mode]
+            if mode == .common {
+                commonItems.removeAll { $0.identity == item.identity }
+                targets = Array(commonModes)
+            }
+            return targets.compactMap { target in
+                guard let state = modes[target], removeLocked(item, from: state) else { return nil }
+                if case let .source(source) = item { return (source, target) }
+                return nil
+            }
+        }
+        callCancelCallouts(cancelled)
+    }
+
+    func contains(_ item: LoopItem, mode: Mode) -> Bool {
+        lock.withLock {
+            if mode == .common { return commonItems.contains { $0.identity == item.identity } }
+            guard let state = modes[mode] else { return false }
+            return containsLocked(item, in: state)
+        }
+    }
+
+    /// Removes an invalidated item from every mode of the loop.
+    func removeEverywhere(_ source: RunLoopSource) { removeEverywhere(.source(source)) }
+    func removeEverywhere(_ source: RunLoopPortSource) { removeEverywhere(.portSource(source)) }
+    func removeEverywhere(_ timer: RunLoopTimer) { removeEverywhere(.timer(timer)) }
+    func removeEverywhere(_ observer: RunLoopObserver) { removeEverywhere(.observer(observer)) }
+
+    private func removeEverywhere(_ item: LoopItem) {
+        let cancelled = lock.withLock { () -> [(RunLoopSource, Mode)] in
+            commonItems.removeAll { $0.identity == item.identity }
+            return modes.compactMap { name, state in
+                guard removeLocked(item, from: state) else { return nil }
+                if case let .source(source) = item { return (source, name) }
+                return nil
+            }
+        }
+        callCancelCallouts(cancelled)
+    }
+
+    // MARK: - One mode (lock held)
+
+    /// Puts the item in the mode; false if it was there already.
+    func insertLocked(_ item: LoopItem, into state: LoopMode) throws(RunLoopError) -> Bool {
+        guard !containsLocked(item, in: state) else { return false }
+        try item.attachment.attach(to: self)
+        switch item {
+        case let .source(source):
+            state.sources0.append(source)
+        case let .portSource(source):
+            do { try state.portSet.insert(source.port) } catch {
+                item.attachment.detachOneMode()
+                throw .portLayer(error)
+            }
+            state.sources1[source.portName] = source
+        case let .timer(timer):
+            let (fireDate, tolerance) = timer.attachment.lock.withLock { (timer.fireDate, timer.toleranceNanoseconds) }
+            timerSequence &+= 1
+            let entry = TimerHeap.Entry(timer: timer, fireDate: fireDate, latest: fireDate.addingClamped(tolerance),
+                                        sequence: timerSequence)
+            state.timers.insert(entry)
+            state.timerEntries[ObjectIdentifier(timer)] = entry
+        case let .observer(observer):
+            state.insertObserver(observer)
+        }
+        return true
+    }
+
+    /// Takes the item out of the mode; false if it was not there.
+    func removeLocked(_ item: LoopItem, from state: LoopMode) -> Bool {
+        switch item {
+        case let .source(source):
+            guard let index = state.sources0.firstIndex(where: { $0 === source }) else { return false }
+            state.sources0.remove(at: index)
+        case let .portSource(source):
+            guard state.sources1.removeValue(forKey: source.portName) != nil else { return false }
+            try? state.portSet.remove(source.port)
+        case let .timer(timer):
+            guard let entry = state.timerEntries.removeValue(forKey: ObjectIdentifier(timer)) else { return false }
+            state.timers.remove(entry)
+        case let .observer(observer):
+            guard let index = state.observers.firstIndex(where: { $0 === observer }) else { return false }
+            state.observers.remove(at: index)
+        }
+        item.attachment.detachOneMode()
+        return true
+    }
+
+    func containsLocked(_ item: LoopItem, in state: LoopMode) -> Bool {
+        switch item {
+        case let .source(source): state.sources0.contains { $0 === source }
+        case let .portSource(source): state.sources1[source.portName] === source
+        case let .timer(timer): state.timerEntries[ObjectIdentifier(timer)] != nil
+        case let .observer(observer): state.observers.contains { $0 === observer }
+        }
+    }
+
+    // MARK: - Timers (lock held)
+
+    /// Applies a change to an attached timer's state and re-sorts the heaps holding it; false if the timer
+    /// is no longer attached to this loop (the caller retries).
+    func changeTimer(_ timer: RunLoopTimer, _ change: (RunLoopTimer) -> Void) -> Bool {
+        let (applied, wake) = lock.withLock { () -> (Bool, Bool) in
+            let applied = timer.attachment.lock.withLock { () -> Bool in
+                guard timer.attachment.loopLocked === self else { return false }
+                change(timer)
+                return true
+            }
+            guard applied else { return (false, false) }
+            repositionLocked(timer)
+            let wake = sleepingMode?.timerEntries[ObjectIdentifier(timer)] != nil
+            return (true, wake)
+        }
+        if wake { wakeUp() }
+        return applied
+    }
+
+    /// Brings every heap entry of the timer in line with its state.
+    func repositionLocked(_ timer: RunLoopTimer) {
+        let (fireDate, tolerance) = timer.attachment.lock.withLock { (timer.fireDate, timer.toleranceNanoseconds) }
+        let key = ObjectIdentifier(timer)
+        for state in modes.values {
+            guard let entry = state.timerEntries[key] else { continue }
+            entry.fireDate = fireDate
+            entry.latest = fireDate.addingClamped(tolerance)
+            if entry.index >= 0 { state.timers.update(entry) } else { state.timers.insert(entry) }
+        }
+    }
+}
+
+extension Int64 {
+    /// Addition that saturates instead of trapping.
+    func addingClamped(_ other: Int64) -> Int64 {
+        let (sum, overflow) = addingReportingOverflow(other)
+        return overflow ? (other > 0 ? .max : .min) : sum
+    }
+}

@@ -1,0 +1,257 @@
+import CPortLoop
+
+extension PortRunLoop {
+    /// How many Source1 messages one pass may handle, for throughput (SPEC §3).
+    static let messageBatch = 64
+
+    /// Runs the default mode until the loop is stopped or the mode has nothing left (`CFRunLoopRun`).
+    public func run() {
+        while true {
+            let result = run(mode: .default)
+            if result == .stopped || result == .finished { return }
+        }
+    }
+
+    /// Runs the loop once in a mode (`CFRunLoopRunInMode`): passes until a source is handled (if asked),
+    /// the timeout passes, the loop is stopped, or the mode has nothing left.
+    ///
+    /// - Parameters:
+    ///   - mode: the mode to run; `.common` is a marker, not a mode, and returns ``RunResult/finished``
+    ///     at once with an error logged.
+    ///   - timeout: how long to run; nil for no limit, zero or negative to make one pass without sleeping.
+    ///   - returnAfterSourceHandled: return after the first source performed (Source0 or Source1).
+    /// - Returns: why the run ended. Called on a thread other than the loop's, it logs an error and
+    ///   returns ``RunResult/finished``: a loop is run only by its own thread.
+    @discardableResult
+    public func run(mode: Mode = .default, timeout: Duration? = nil,
+                    returnAfterSourceHandled: Bool = false) -> RunResult {
+        guard isCurrent else {
+            Self.logError("run(mode:) called on a thread that does not own the loop; returning finished")
+            return .finished
+        }
+        if mode == .common {
+            Self.logError("attempt to run a run loop in the common-modes marker; returning finished")
+            return .finished
+        }
+        lock.lock()
+        guard !threadExited, let state = modes[mode], !isEmptyLocked(state) else {
+            lock.unlock()
+            return .finished
+        }
+        let previousMode = currentMode
+        currentMode = state
+        runDepth += 1
+        lock.unlock()
+
+        doObservers(state, .entry)
+        let result = runPasses(state, timeout: timeout, returnAfterSourceHandled: returnAfterSourceHandled)
+        doObservers(state, .exit)
+
+        lock.withLock {
+            currentMode = previousMode
+            runDepth -= 1
+        }
+        return result
+    }
+
+    /// The passes of one run (`__CFRunLoopRun`).
+    private func runPasses(_ state: LoopMode, timeout: Duration?, returnAfterSourceHandled: Bool) -> RunResult {
+        let timeoutNanoseconds = timeout?.nanosecondsClamped ?? .max
+        let pollOnly = timeoutNanoseconds <= 0
+        let deadline = pollOnly ? monotonicNanoseconds() : monotonicNanoseconds().addingClamped(timeoutNanoseconds)
+
+        while true {
+            doObservers(state, .beforeTimers)
+            doObservers(state, .beforeSources)
+            doBlocks(state)
+            var handled = doSources0(state)
+            if handled { doBlocks(state) }
+
+            let poll = handled || pollOnly
+            if !poll { doObservers(state, .beforeWaiting) }
+            var header = pl_received_t()
+            let status = sleep(in: state, poll: poll, deadline: deadline, header: &header)
+            if !poll { doObservers(state, .afterWaiting) }
+
+            // Handle whatever woke the loop.
+            fireDueTimers(state)
+            if status == PL_OK {
+                handled = handleMessages(state, first: header, batch: !returnAfterSourceHandled) || handled
+            }
+            doBlocks(state)
+
+            if handled && returnAfterSourceHandled { return .handledSource }
+            if monotonicNanoseconds() >= deadline { return .timedOut }
+            let (stopped, empty) = lock.withLock { () -> (Bool, Bool) in
+                if stopRequested {
+                    stopRequested = false
+                    return (true, false)
+                }
+                return (false, isEmptyLocked(state))
+            }
+            if stopped { return .stopped }
+            if empty { return .finished }
+        }
+    }
+
+    /// Receives on the mode's port set: at once when polling, otherwise until a message arrives, the mode's
+    /// next timer is due (within tolerance) or the run's deadline passes. This is the loop's sleep.
+    private func sleep(in state: LoopMode, poll: Bool, deadline: Int64,
+                       header: inout pl_received_t) -> pl_status_t {
+        let timerWake = lock.withLock { () -> Int64? in
+            sleepingMode = state
+            return state.timers.wakeDeadline()
+        }
+        var timeout: Int64 = 0
+        if !poll {
+            let until = min(deadline, timerWake ?? .max)
+            timeout = until == .max ? PL_TIMEOUT_FOREVER : max(0, until - monotonicNanoseconds())
+            waiting.store(true, ordering: .releasing)
+        }
+        let status = receive(on: state, header: &header, timeout: timeout)
+        if !poll { waiting.store(false, ordering: .releasing) }
+        lock.withLock { sleepingMode = nil }
+        return status
+    }
+
+    /// One receive into the loop's buffer, growing it for a larger message (which stays queued meanwhile).
+    private func receive(on state: LoopMode, header: inout pl_received_t, timeout: Int64) -> pl_status_t {
+        var status = pl_port_set_receive(state.portSet.set, &header, receiveBuffer.baseAddress,
+                                         receiveBuffer.count, timeout)
+        while status == PL_ERR_TOO_LARGE {
+            let needed = Int(header.size)
+            receiveBuffer.deallocate()
+            receiveBuffer = .allocate(byteCount: max(needed, receiveBuffer.count * 2), alignment: 16)
+            status = pl_port_set_receive(state.portSet.set, &header, receiveBuffer.baseAddress,
+                                         receiveBuffer.count, 0)
+        }
+        return status
+    }
+
+    // MARK: - Handling
+
+    /// Performs the Source1 of the first message and, when batching, of up to `messageBatch - 1` more
+    /// already queued. Returns whether any source was performed.
+    private func handleMessages(_ state: LoopMode, first: pl_received_t, batch: Bool) -> Bool {
+        var handled = handleMessage(state, first)
+        guard batch else { return handled }
+        var header = pl_received_t()
+        for _ in 1..<Self.messageBatch {
+            guard receive(on: state, header: &header, timeout: 0) == PL_OK else { break }
+            handled = handleMessage(state, header) || handled
+        }
+        return handled
+    }
+
+    /// Dispatches one received message: the wake-up port's is consumed and nothing else; a Source1's is
+    /// performed and its reply sent.
+    private func handleMessage(_ state: LoopMode, _ header: pl_received_t) -> Bool {
+        guard header.kind == PL_RECEIVED_MESSAGE else { return false }
+        let arrival = PortName(rawValue: header.arrival_name)
+        if arrival == wakeUpPortName { return false }
+        let payload = header.size == 0 ? [] :
+            Array(UnsafeRawBufferPointer(start: receiveBuffer.baseAddress, count: Int(header.size)))
+        let message = PortMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(), arrivalPort: arrival)
+        // The source may have left the mode between receive and now (CF drops such a message too).
+        guard let source = lock.withLock({ state.sources1[arrival] }), source.isValid else { return false }
+        if let reply = __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(source, message),
+           let replyPort = message.replyPort {
+            // Never block the loop on a requester that does not read its replies.
+            do throws(PortError) {
+                try replyPort.send(id: reply.id, bytes: reply.bytes, timeout: .poll)
+            } catch {
+                Self.logError("reply to \(replyPort.name) dropped: \(error)")
+            }
+        }
+        return true
+    }
+
+    /// Fires the mode's timers that are due, in fire-date order (`__CFRunLoopDoTimers`).
+    private func fireDueTimers(_ state: LoopMode) {
+        let now = monotonicNanoseconds()
+        let due = lock.withLock { () -> [RunLoopTimer] in
+            guard let first = state.timers.first, first.fireDate <= now else { return [] }
+            var due: [RunLoopTimer] = []
+            while let entry = state.timers.first, entry.fireDate <= now {
+                state.timers.popFirst()
+                due.append(entry.timer)
+            }
+            return due
+        }
+        for timer in due { fire(timer, now: now) }
+    }
+
+    private func fire(_ timer: RunLoopTimer, now: Int64) {
+        // Claim it; a timer already firing (this callout runs a nested loop) waits for its own callout to end.
+        let scheduled = lock.withLock { () -> Int64? in
+            let claim = timer.attachment.lock.withLock { () -> Int64?? in
+                guard timer.attachment.isValidLocked, timer.attachment.loopLocked === self else { return .some(nil) }
+                if timer.isFiring { return nil }
+                guard timer.fireDate <= now else { return .some(nil) }
+                timer.isFiring = true
+                return .some(timer.fireDate)
+            }
+            switch claim {
+            case .none: return nil // firing: its outer callout puts it back afterwards
+            case .some(.none): repositionLocked(timer); return nil // moved or gone
+            case let .some(.some(date)): return date
+            }
+        }
+        guard let scheduled else { return }
+
+        __PORTLOOP_IS_CALLING_OUT_TO_A_TIMER_CALLBACK_FUNCTION__(timer)
+
+        let invalidateNow = lock.withLock { () -> Bool in
+            let oneShot = timer.attachment.lock.withLock { () -> Bool in
+                timer.isFiring = false
+                guard timer.attachment.isValidLocked else { return false }
+                if timer.intervalNanoseconds == 0 { return true }
+                if timer.fireDate > scheduled { return false } // the callback moved it later
+                // Stay on the grid: the first grid point after now, skipping missed fires.
+                let after = monotonicNanoseconds()
+                let steps = (after - scheduled) / timer.intervalNanoseconds + 1
+                timer.fireDate = scheduled.addingClamped(steps.multipliedReportingOverflow(by: timer.intervalNanoseconds).overflow
+                    ? .max : steps * timer.intervalNanoseconds)
+                return false
+            }
+            if !oneShot { repositionLocked(timer) }
+            return oneShot
+        }
+        if invalidateNow { timer.invalidate() }
+    }
+
+    /// Performs the signalled version-0 sources in ascending order, ties by signal time
+    /// (`__CFRunLoopDoSources0`).
+    private func doSources0(_ state: LoopMode) -> Bool {
+        let ready = lock.withLock { () -> [RunLoopSource] in
+            state.sources0.isEmpty ? [] : state.sources0.filter(\.isSignalled)
+        }
+        guard !ready.isEmpty else { return false }
+        var handled = false
+        let ordered = ready.count == 1 ? ready : ready.sorted {
+            $0.order != $1.order ? $0.order < $1.order : $0.stamp < $1.stamp
+        }
+        for source in ordered where source.isValid && source.takeSignal() {
+            __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE0_PERFORM_FUNCTION__(source)
+            handled = true
+        }
+        return handled
+    }
+
+    /// Calls the mode's observers of one activity, in order (`__CFRunLoopDoObservers`).
+    func doObservers(_ state: LoopMode, _ activity: Activity) {
+        let observers = lock.withLock { () -> [RunLoopObserver] in
+            state.observers.isEmpty ? [] : state.observers.filter { $0.activities.contains(activity) }
+        }
+        for observer in observers where observer.beginFiring() {
+            __PORTLOOP_IS_CALLING_OUT_TO_AN_OBSERVER_CALLBACK_FUNCTION__(observer, activity)
+            observer.endFiring()
+            if !observer.repeats { observer.invalidate() }
+        }
+    }
+
+    /// Whether a run in this mode has nothing to do. With the lock held.
+    func isEmptyLocked(_ state: LoopMode) -> Bool {
+        state.hasNoSourcesOrTimers && !blocks.contains { blockMatches($0, state.name) }
+    }
+}

@@ -1,0 +1,183 @@
+import CPortLoop
+import DequeModule
+import Logging
+import Synchronization
+
+/// A run loop on PortLoop's ports (`CFRunLoop`): one per thread, with modes, version-0 and version-1
+/// sources, timers, observers and blocks.
+///
+/// A loop is *run* only by its own thread (``run(mode:timeout:returnAfterSourceHandled:)``); everything else
+/// (adding and removing items, ``stop()``, ``wakeUp()``, ``perform(inModes:_:)``, signalling sources) is safe
+/// from any thread. While it sleeps, a loop is blocked in a receive on the current mode's port set, which
+/// holds its wake-up port and its Source1 ports, with a timeout for the mode's earliest timer.
+///
+/// ```swift
+/// let loop = PortRunLoop.current
+/// let timer = RunLoopTimer(after: .milliseconds(50)) { _ in print("fired") }
+/// try loop.add(timer, mode: .default)
+/// loop.run() // returns when the mode has nothing left: the one-shot timer fired
+/// ```
+public final class PortRunLoop: @unchecked Sendable {
+    /// The kernel id of the loop's thread.
+    let threadID: Int32
+    /// Guards everything below that is not otherwise marked.
+    let lock = PThreadLock()
+
+    /// A queue-limit-1 port in every mode's set: a send wakes the loop, and a second send while one is
+    /// pending is dropped (CF's `_wakeUpPort`). Destroyed with the loop object.
+    let wakeUpPort: PortReceiveRight
+    let wakeUpPortName: PortName
+    let wakeUpSender: PortSendRight
+
+    var modes: [Mode: LoopMode] = [:]
+    var commonModes: Set<Mode> = [.default]
+    var commonItems: [LoopItem] = []
+    var blocks = Deque<PendingBlock>()
+    var currentMode: LoopMode?
+    var runDepth = 0
+    var stopRequested = false
+    var threadExited = false
+    /// The mode whose sleep is being prepared or taken, so that adding a timer to it wakes the loop.
+    var sleepingMode: LoopMode?
+    var timerSequence: UInt64 = 0
+
+    /// Whether the loop is asleep (`CFRunLoopIsWaiting`); readable without the lock.
+    let waiting = Atomic<Bool>(false)
+    /// The loop thread's receive buffer; touched only by that thread.
+    var receiveBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 16)
+
+    static let logger = Logger(label: "PortLoop.PortRunLoop")
+    /// Errors logged so far; lets tests check that misuse is reported exactly once.
+    static let loggedErrors = Atomic<Int>(0)
+
+    init(threadID: Int32) {
+        self.threadID = threadID
+        // Only out-of-range arguments or an allocation failure can make this throw; neither applies.
+        let port = try! PortReceiveRight(queueLimit: 1, maxMessageSize: 1)
+        wakeUpPortName = port.name
+        wakeUpSender = port.makeSendRight()
+        wakeUpPort = consume port
+    }
+
+    deinit { receiveBuffer.deallocate() }
+
+    /// The calling thread's run loop, created on first use (`CFRunLoopGetCurrent`).
+    public static var current: PortRunLoop { LoopRegistry.current() }
+
+    /// The run loop of the process's main thread, from any thread (`CFRunLoopGetMain`).
+    public static var main: PortRunLoop { LoopRegistry.main() }
+
+    /// Whether the calling thread is this loop's thread.
+    public var isCurrent: Bool { currentThreadID() == threadID }
+
+    static func logError(_ message: Logger.Message) {
+        loggedErrors.add(1, ordering: .relaxed)
+        logger.error(message)
+    }
+
+    // MARK: - Stop, wake up, state
+
+    /// Ends the innermost run of the loop, from any thread (`CFRunLoopStop`). On a loop that is not running
+    /// it does nothing.
+    public func stop() {
+        let running = lock.withLock { () -> Bool in
+            guard runDepth > 0 else { return false }
+            stopRequested = true
+            return true
+        }
+        if running { wakeUp() }
+    }
+
+    /// Makes a sleeping loop pass once more (`CFRunLoopWakeUp`). Wake-ups are coalesced: while one is
+    /// pending, more cost nothing. On a loop that is not running, its next run passes once more at once.
+    public func wakeUp() {
+        // A full wake-up port means a wake-up is pending already: that is success (SPEC §2).
+        try? wakeUpSender.send(timeout: .poll)
+    }
+
+    /// Whether the loop is asleep waiting for something to happen (`CFRunLoopIsWaiting`).
+    public var isWaiting: Bool { waiting.load(ordering: .acquiring) }
+
+    /// The mode of the innermost run, or nil when the loop is not running (`CFRunLoopCopyCurrentMode`).
+    public var currentModeName: Mode? { lock.withLock { currentMode?.name } }
+
+    /// Every mode the loop has, in no particular order (`CFRunLoopCopyAllModes`).
+    public var allModes: [Mode] { lock.withLock { Array(modes.keys) } }
+
+    /// The modes marked common (`kCFRunLoopCommonModes`' members).
+    public var commonModeNames: Set<Mode> { lock.withLock { commonModes } }
+
+    /// Marks a mode common (`CFRunLoopAddCommonMode`): it receives every common mode item now and every one
+    /// added later. Marking `.common` itself, or a mode already common, does nothing.
+    public func addCommonMode(_ mode: Mode) throws(RunLoopError) {
+        guard mode != .common else { return }
+        let scheduled = try withLockThrowing { () throws(RunLoopError) -> [(RunLoopSource, Mode)] in
+            guard !threadExited else { throw .threadExited }
+            guard commonModes.insert(mode).inserted else { return [] }
+            let state = try modeLocked(mode)
+            var scheduled: [(RunLoopSource, Mode)] = []
+            for item in commonItems where try insertLocked(item, into: state) {
+                if case let .source(source) = item { scheduled.append((source, mode)) }
+            }
+            return scheduled
+        }
+        callScheduleCallouts(scheduled)
+    }
+
+    /// Runs `body` with the lock held; for bodies that throw a typed error.
+    func withLockThrowing<Result>(_ body: () throws(RunLoopError) -> Result) throws(RunLoopError) -> Result {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body()
+    }
+
+    /// The loop's state of a mode, created on demand. With the lock held.
+    func modeLocked(_ name: Mode) throws(RunLoopError) -> LoopMode {
+        if let state = modes[name] { return state }
+        guard !threadExited else { throw .threadExited }
+        let state: LoopMode
+        do { state = try LoopMode(name: name, wakeUpPort: wakeUpPort) } catch { throw .portLayer(error) }
+        modes[name] = state
+        return state
+    }
+
+    /// Tears the loop down when its thread exits: every item leaves it (sources' cancel callbacks run),
+    /// pending blocks are dropped, the port sets are destroyed. The wake-up port goes with the loop object.
+    func threadDidExit() {
+        var cancelled: [(RunLoopSource, Mode)] = []
+        var items: [LoopItem] = []
+        lock.withLock {
+            threadExited = true
+            for (name, state) in modes {
+                for source in state.sources0 { cancelled.append((source, name)); items.append(.source(source)) }
+                items.append(contentsOf: state.sources1.values.map { .portSource($0) })
+                items.append(contentsOf: state.timerEntries.values.map { .timer($0.timer) })
+                items.append(contentsOf: state.observers.map { .observer($0) })
+                try? state.portSet.destroy()
+            }
+            modes.removeAll()
+            commonItems.removeAll()
+            blocks.removeAll()
+        }
+        for item in items { item.attachment.forgetLoop() }
+        callCancelCallouts(cancelled)
+    }
+
+    func callScheduleCallouts(_ list: [(RunLoopSource, Mode)]) {
+        for (source, mode) in list {
+            if let schedule = source.schedule { __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE0_SCHEDULE_FUNCTION__(schedule, self, mode) }
+        }
+    }
+
+    func callCancelCallouts(_ list: [(RunLoopSource, Mode)]) {
+        for (source, mode) in list {
+            if let cancel = source.cancel { __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE0_CANCEL_FUNCTION__(cancel, self, mode) }
+        }
+    }
+}
+
+/// A block queued with ``PortRunLoop/perform(inModes:_:)``.
+struct PendingBlock {
+    let modes: Set<PortRunLoop.Mode>
+    let block: @Sendable () -> Void
+}

@@ -1,0 +1,66 @@
+import CPortLoop
+
+/// A reply that a ``RunLoopPortSource`` handler sends back on the message's reply port.
+public struct PortReply: Sendable {
+    public var id: Int32
+    public var bytes: [UInt8]
+    public init(id: Int32 = 0, bytes: [UInt8] = []) {
+        self.id = id
+        self.bytes = bytes
+    }
+}
+
+/// A version-1 run loop source over a port (`CFRunLoopSource` with a version-1 context, as `CFMachPort` /
+/// `NSMachPort` make): it owns a port's receive right, wakes the loop by itself when the port receives, and
+/// calls its handler with each message on the loop's thread. A non-nil return value is sent to the message's
+/// reply port.
+///
+/// ```swift
+/// let source = try RunLoopPortSource { message in PortReply(id: message.id, bytes: message.payload) }
+/// try PortRunLoop.current.add(source, mode: .default)
+/// let sender = source.makeSendRight() // give this to other threads
+/// ```
+public final class RunLoopPortSource: Hashable, @unchecked Sendable, CustomStringConvertible {
+    /// Performance order (`CFRunLoopSourceGetOrder`); ports are otherwise served round-robin.
+    public let order: Int
+    let port: PortReceiveRight
+    let handler: @Sendable (PortMessage) -> PortReply?
+    let attachment = ItemAttachment()
+
+    /// Creates a source that owns `port` (`CFMachPortCreateRunLoopSource`).
+    public init(port: consuming PortReceiveRight, order: Int = 0,
+                handler: @escaping @Sendable (PortMessage) -> PortReply?) {
+        self.port = port
+        self.order = order
+        self.handler = handler
+    }
+
+    /// Creates a source with a new port of the given limits (`CFMachPortCreate` then
+    /// `CFMachPortCreateRunLoopSource`).
+    public convenience init(queueLimit: Int = 64, maxMessageSize: Int = PortReceiveRight.defaultMaxMessageSize,
+                            order: Int = 0, handler: @escaping @Sendable (PortMessage) -> PortReply?) throws(PortError) {
+        self.init(port: try PortReceiveRight(queueLimit: queueLimit, maxMessageSize: maxMessageSize),
+                  order: order, handler: handler)
+    }
+
+    /// A send right to the source's port, for any thread to send on.
+    public func makeSendRight() -> PortSendRight { port.makeSendRight() }
+
+    /// The name of the source's port.
+    public var portName: PortName { port.name }
+
+    /// Removes the source from every mode of its loop and makes it unusable (`CFRunLoopSourceInvalidate`).
+    /// The port lives until the source is released.
+    public func invalidate() {
+        attachment.invalidate()?.removeEverywhere(self)
+    }
+
+    /// Whether the source has not been invalidated (`CFRunLoopSourceIsValid`).
+    public var isValid: Bool { attachment.isValid }
+
+    public static func == (lhs: RunLoopPortSource, rhs: RunLoopPortSource) -> Bool { lhs === rhs }
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+    public var description: String {
+        "RunLoopPortSource(\(portName), order: \(order), queued: \(port.messageCount), valid: \(isValid))"
+    }
+}

@@ -1,0 +1,131 @@
+/// A run loop timer (`CFRunLoopTimer`): a callback at a fire date, once or on a repeating grid.
+///
+/// A repeating timer stays on its original grid: when a fire is late, missed fires are skipped, never
+/// bunched, and the grid never drifts. The callback may invalidate the timer or move its next fire date.
+/// A fire date in the past fires at the next opportunity. The loop may fire a timer up to ``tolerance``
+/// late to batch wake-ups (capped at half the interval). A timer belongs to one loop; it may be in several
+/// of its modes.
+public final class RunLoopTimer: Hashable, @unchecked Sendable, CustomStringConvertible {
+    /// Order among timers due at the same time, lower first (`CFRunLoopTimerGetOrder`).
+    public let order: Int
+    let handler: @Sendable (RunLoopTimer) -> Void
+    let attachment = ItemAttachment()
+
+    // State, guarded by `attachment.lock` (and, while attached, changed only with the loop's lock held too,
+    // so that the loop's timer heaps follow it).
+    var fireDate: Int64
+    let intervalNanoseconds: Int64
+    var toleranceNanoseconds: Int64 = 0
+    var isFiring = false
+
+    /// Creates a timer (`CFRunLoopTimerCreateWithHandler`).
+    /// - Parameters:
+    ///   - fireAt: the first fire date.
+    ///   - interval: the period of a repeating timer; zero (or negative) for a one-shot timer.
+    ///   - tolerance: how late the loop may fire it to batch wake-ups.
+    ///   - order: order among timers due together.
+    ///   - handler: called on the loop's thread.
+    public init(fireAt: ContinuousClock.Instant, interval: Duration = .zero, tolerance: Duration = .zero,
+                order: Int = 0, handler: @escaping @Sendable (RunLoopTimer) -> Void) {
+        self.fireDate = monotonicNanoseconds(for: fireAt)
+        self.intervalNanoseconds = max(0, interval.nanosecondsClamped)
+        self.order = order
+        self.handler = handler
+        self.toleranceNanoseconds = cappedTolerance(tolerance.nanosecondsClamped)
+    }
+
+    /// Creates a timer that first fires `delay` from now.
+    public convenience init(after delay: Duration, interval: Duration = .zero, tolerance: Duration = .zero,
+                            order: Int = 0, handler: @escaping @Sendable (RunLoopTimer) -> Void) {
+        self.init(fireAt: .now + delay, interval: interval, tolerance: tolerance, order: order, handler: handler)
+    }
+
+    private func cappedTolerance(_ tolerance: Int64) -> Int64 {
+        let positive = max(0, tolerance)
+        return intervalNanoseconds > 0 ? min(positive, intervalNanoseconds / 2) : positive
+    }
+
+    /// The period; zero for a one-shot timer (`CFRunLoopTimerGetInterval`).
+    public var interval: Duration { .nanoseconds(intervalNanoseconds) }
+
+    /// Whether the timer repeats (`CFRunLoopTimerDoesRepeat`).
+    public var isRepeating: Bool { intervalNanoseconds > 0 }
+
+    /// How late the loop may fire the timer (`CFRunLoopTimerGetTolerance`).
+    public var tolerance: Duration { .nanoseconds(attachment.lock.withLock { toleranceNanoseconds }) }
+
+    /// Sets the tolerance, capped at half the interval (`CFRunLoopTimerSetTolerance`).
+    public func setTolerance(_ tolerance: Duration) {
+        let capped = cappedTolerance(tolerance.nanosecondsClamped)
+        changeState { $0.toleranceNanoseconds = capped }
+    }
+
+    /// The next fire date (`CFRunLoopTimerGetNextFireDate`).
+    public var nextFireDate: ContinuousClock.Instant {
+        instant(forMonotonic: attachment.lock.withLock { fireDate })
+    }
+
+    /// Moves the next fire date (`CFRunLoopTimerSetNextFireDate`). Safe from any thread; wakes the loop if it
+    /// sleeps in a mode holding the timer, so that it sleeps for the right time.
+    public func setNextFireDate(_ date: ContinuousClock.Instant) {
+        let nanoseconds = monotonicNanoseconds(for: date)
+        changeState { $0.fireDate = nanoseconds }
+    }
+
+    /// Moves the next fire date to `delay` from now.
+    public func setNextFireDate(after delay: Duration) { setNextFireDate(.now + delay) }
+
+    /// Applies a change to the state, with the loop's lock when attached so the loop can re-sort its heaps.
+    private func changeState(_ change: (RunLoopTimer) -> Void) {
+        while true {
+            guard let loop = attachment.loop else {
+                let done = attachment.lock.withLock { () -> Bool in
+                    guard attachment.loopLocked == nil else { return false }
+                    change(self)
+                    return true
+                }
+                if done { return } else { continue }
+            }
+            if loop.changeTimer(self, change) { return }
+        }
+    }
+
+    /// Removes the timer from every mode of its loop; it will not fire again (`CFRunLoopTimerInvalidate`).
+    public func invalidate() {
+        attachment.invalidate()?.removeEverywhere(self)
+    }
+
+    /// Whether the timer has not been invalidated (`CFRunLoopTimerIsValid`).
+    public var isValid: Bool { attachment.isValid }
+
+    public static func == (lhs: RunLoopTimer, rhs: RunLoopTimer) -> Bool { lhs === rhs }
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+    public var description: String {
+        let (fire, tolerance) = attachment.lock.withLock { (fireDate, toleranceNanoseconds) }
+        let inMs = Double(fire - monotonicNanoseconds()) / 1e6
+        return "RunLoopTimer(next fire in \(inMs) ms, interval: \(interval), tolerance: \(Duration.nanoseconds(tolerance)), order: \(order), valid: \(isValid))"
+    }
+}
+
+extension Duration {
+    /// Whole nanoseconds, saturating at the bounds of Int64.
+    var nanosecondsClamped: Int64 {
+        let (seconds, attoseconds) = components
+        if seconds >= Int64.max / 1_000_000_000 - 1 { return .max }
+        if seconds <= Int64.min / 1_000_000_000 + 1 { return .min }
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
+}
+
+/// The monotonic-clock nanoseconds of a `ContinuousClock` instant, by their offset from now.
+func monotonicNanoseconds(for instant: ContinuousClock.Instant) -> Int64 {
+    let offset = (instant - .now).nanosecondsClamped
+    let now = monotonicNanoseconds()
+    if offset > 0, now > Int64.max - offset { return .max }
+    return now &+ offset
+}
+
+/// The `ContinuousClock` instant of monotonic-clock nanoseconds.
+func instant(forMonotonic nanoseconds: Int64) -> ContinuousClock.Instant {
+    ContinuousClock.now + .nanoseconds(nanoseconds &- monotonicNanoseconds())
+}
