@@ -6,6 +6,7 @@ extension PortRunLoop {
     public func perform(inModes modes: [Mode] = [.common], _ block: @escaping @Sendable () -> Void) throws(RunLoopError) {
         try withLockThrowing { () throws(RunLoopError) in
             guard !threadExited else { throw .threadExited }
+            for mode in modes where mode != .common { _ = try modeLocked(mode) } // names create modes
             blocks.append(PendingBlock(modes: Set(modes), block: block))
         }
     }

@@ -90,19 +90,24 @@ extension PortRunLoop {
     }
 
     func remove(_ item: LoopItem, mode: Mode) {
-        let cancelled = lock.withLock { () -> [(RunLoopSource, Mode)] in
+        let (cancelled, wake) = lock.withLock { () -> ([(RunLoopSource, Mode)], Bool) in
             var targets: [Mode] = [mode]
             if mode == .common {
                 commonItems.removeAll { $0.identity == item.identity }
                 targets = Array(commonModes)
             }
-            return targets.compactMap { target in
+            var wake = false
+            let cancelled = targets.compactMap { target -> (RunLoopSource, Mode)? in
                 guard let state = modes[target], removeLocked(item, from: state) else { return nil }
+                wake = wake || sleepingMode === state
                 if case let .source(source) = item { return (source, target) }
                 return nil
             }
+            return (cancelled, wake)
         }
         callCancelCallouts(cancelled)
+        // A sleeping loop re-evaluates: its mode may now be empty, or its next timer later.
+        if wake { wakeUp() }
     }
 
     func contains(_ item: LoopItem, mode: Mode) -> Bool {
@@ -120,15 +125,19 @@ extension PortRunLoop {
     func removeEverywhere(_ observer: RunLoopObserver) { removeEverywhere(.observer(observer)) }
 
     private func removeEverywhere(_ item: LoopItem) {
-        let cancelled = lock.withLock { () -> [(RunLoopSource, Mode)] in
+        let (cancelled, wake) = lock.withLock { () -> ([(RunLoopSource, Mode)], Bool) in
             commonItems.removeAll { $0.identity == item.identity }
-            return modes.compactMap { name, state in
+            var wake = false
+            let cancelled = modes.compactMap { name, state -> (RunLoopSource, Mode)? in
                 guard removeLocked(item, from: state) else { return nil }
+                wake = wake || sleepingMode === state
                 if case let .source(source) = item { return (source, name) }
                 return nil
             }
+            return (cancelled, wake)
         }
         callCancelCallouts(cancelled)
+        if wake { wakeUp() }
     }
 
     // MARK: - One mode (lock held)

@@ -67,7 +67,9 @@ extension PortRunLoop {
             var handled = doSources0(state)
             if handled { doBlocks(state) }
 
-            let poll = handled || pollOnly
+            // A mode that has just become empty (its last block ran, its last source left) finishes
+            // instead of sleeping until the deadline.
+            let poll = handled || pollOnly || lock.withLock { isEmptyLocked(state) }
             if !poll { doObservers(state, .beforeWaiting) }
             var header = pl_received_t()
             let status = sleep(in: state, poll: poll, deadline: deadline, header: &header)

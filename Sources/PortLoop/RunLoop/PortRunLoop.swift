@@ -57,6 +57,8 @@ public final class PortRunLoop: @unchecked Sendable {
         wakeUpPortName = port.name
         wakeUpSender = port.makeSendRight()
         wakeUpPort = consume port
+        // CF creates the default mode with the loop; the others come on demand.
+        _ = try? lock.withLock { () throws(RunLoopError) in try modeLocked(.default) }
     }
 
     deinit { receiveBuffer.deallocate() }

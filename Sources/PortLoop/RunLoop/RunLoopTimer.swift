@@ -117,15 +117,26 @@ extension Duration {
     }
 }
 
-/// The monotonic-clock nanoseconds of a `ContinuousClock` instant, by their offset from now.
+/// One `ContinuousClock` instant and the monotonic-clock reading taken with it, captured once. Converting
+/// through a fixed pair keeps the mapping exact and order-preserving (two timers 1 ns apart stay 1 ns apart),
+/// where reading both clocks on every conversion would add the jitter between the two reads.
+private let clockReference: (instant: ContinuousClock.Instant, monotonic: Int64) = {
+    var best: (ContinuousClock.Instant, Int64, Int64)?
+    for _ in 0..<5 { // keep the pair read closest together
+        let before = monotonicNanoseconds()
+        let instant = ContinuousClock.now
+        let after = monotonicNanoseconds()
+        if best == nil || after - before < best!.2 { best = (instant, before + (after - before) / 2, after - before) }
+    }
+    return (best!.0, best!.1)
+}()
+
+/// The monotonic-clock nanoseconds of a `ContinuousClock` instant.
 func monotonicNanoseconds(for instant: ContinuousClock.Instant) -> Int64 {
-    let offset = (instant - .now).nanosecondsClamped
-    let now = monotonicNanoseconds()
-    if offset > 0, now > Int64.max - offset { return .max }
-    return now &+ offset
+    clockReference.monotonic.addingClamped((instant - clockReference.instant).nanosecondsClamped)
 }
 
 /// The `ContinuousClock` instant of monotonic-clock nanoseconds.
 func instant(forMonotonic nanoseconds: Int64) -> ContinuousClock.Instant {
-    ContinuousClock.now + .nanoseconds(nanoseconds &- monotonicNanoseconds())
+    clockReference.instant + .nanoseconds(nanoseconds &- clockReference.monotonic)
 }

@@ -1,0 +1,166 @@
+@testable import PortLoop
+import Testing
+
+/// One run: results, the observer sequence, stop, nested runs.
+@Suite("Run loop runs")
+struct RunLoopRunTests {
+    @Test("observer trace around a 50 ms one-shot timer on a secondary thread, then finished")
+    func observerTrace() throws {
+        let trace = Trace<String>()
+        let worker = LoopThread(setUp: { loop in
+            try loop.add(RunLoopObserver(activities: .allActivities) { _, activity in trace.append("\(activity)") },
+                         mode: .default)
+            try loop.add(RunLoopTimer(after: .milliseconds(50)) { _ in trace.append("timer") }, mode: .default)
+        }, body: { loop in [loop.run(mode: .default, timeout: .seconds(10))] })
+        #expect(worker.join() == [.finished])
+        #expect(trace.all == ["entry", "beforeTimers", "beforeSources", "beforeWaiting", "afterWaiting", "timer", "exit"])
+    }
+
+    @Test("an empty, unknown or common mode finishes at once with no entry or exit callout")
+    func finishedForEmptyMode() throws {
+        let trace = Trace<String>()
+        let before = PortRunLoop.loggedErrors.load(ordering: .relaxed)
+        let worker = LoopThread(setUp: { loop in
+            try loop.add(RunLoopObserver(activities: .allActivities) { _, activity in trace.append("\(activity)") },
+                         mode: .default)
+        }, body: { loop in
+            [loop.run(mode: .default, timeout: .seconds(5)), loop.run(mode: "nonexistent", timeout: .seconds(5)),
+             loop.run(mode: .common, timeout: .seconds(5))]
+        })
+        #expect(worker.join() == [.finished, .finished, .finished])
+        #expect(trace.all.isEmpty)
+        #expect(PortRunLoop.loggedErrors.load(ordering: .relaxed) - before >= 1, "running in common logs an error")
+    }
+
+    @Test("running in common logs exactly one error")
+    func commonLogsOnce() throws {
+        let counted = Locked(0)
+        let worker = LoopThread(body: { loop in
+            let before = PortRunLoop.loggedErrors.load(ordering: .relaxed)
+            let result = loop.run(mode: .common)
+            counted.withLock { $0 = PortRunLoop.loggedErrors.load(ordering: .relaxed) - before }
+            return [result]
+        })
+        #expect(worker.join() == [.finished])
+        #expect(counted.current == 1)
+    }
+
+    @Test("stop() from another thread ends the run with stopped")
+    func stoppedFromAnotherThread() throws {
+        let worker = LoopThread(setUp: { loop in
+            try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: .default)
+        }, body: { loop in [loop.run(mode: .default, timeout: .seconds(30))] })
+        sleepMilliseconds(50)
+        #expect(worker.loop.isWaiting)
+        worker.loop.stop()
+        #expect(worker.join() == [.stopped])
+    }
+
+    @Test("a run with a timeout returns timedOut; a zero timeout polls once")
+    func timedOut() throws {
+        let worker = LoopThread(setUp: { loop in
+            try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: .default)
+        }, body: { loop in
+            let start = nowNanoseconds()
+            let first = loop.run(mode: .default, timeout: .milliseconds(30))
+            let elapsed = nowNanoseconds() - start
+            return [first, elapsed >= 30_000_000 ? .timedOut : .finished, loop.run(mode: .default, timeout: .zero)]
+        })
+        #expect(worker.join() == [.timedOut, .timedOut, .timedOut])
+    }
+
+    @Test("returnAfterSourceHandled returns handledSource for a Source0 and for a Source1")
+    func handledSource() throws {
+        let performed = Trace<String>()
+        let source0 = RunLoopSource { performed.append("source0") }
+        let source1 = try RunLoopPortSource { _ in performed.append("source1"); return nil }
+        let sender = source1.makeSendRight()
+        let worker = LoopThread(setUp: { loop in
+            try loop.add(source0, mode: .default)
+            try loop.add(source1, mode: .default)
+        }, body: { loop in
+            [loop.run(mode: .default, timeout: .seconds(10), returnAfterSourceHandled: true),
+             loop.run(mode: .default, timeout: .seconds(10), returnAfterSourceHandled: true)]
+        })
+        sleepMilliseconds(30)
+        source0.signalAndWakeUp()
+        sleepMilliseconds(30)
+        try sender.send(id: 1)
+        #expect(worker.join() == [.handledSource, .handledSource])
+        #expect(performed.all == ["source0", "source1"])
+    }
+
+    @Test("a nested run of the same loop in another mode from inside a callout")
+    func nestedRun() throws {
+        let trace = Trace<String>()
+        let worker = LoopThread(setUp: { loop in
+            try loop.add(RunLoopTimer(after: .milliseconds(40)) { _ in trace.append("inner timer") }, mode: "inner")
+            try loop.add(RunLoopTimer(after: .milliseconds(5)) { _ in
+                trace.append("outer timer begins in \(loop.currentModeName!)")
+                let result = loop.run(mode: "inner", timeout: .seconds(5))
+                trace.append("inner run \(result) back in \(loop.currentModeName!)")
+            }, mode: .default)
+        }, body: { loop in [loop.run(mode: .default, timeout: .seconds(5))] })
+        #expect(worker.join() == [.finished])
+        #expect(trace.all == ["outer timer begins in kCFRunLoopDefaultMode", "inner timer",
+                              "inner run finished back in kCFRunLoopDefaultMode"])
+    }
+
+    @Test("stop() ends only the innermost run")
+    func stopInnermost() throws {
+        let trace = Trace<String>()
+        let worker = LoopThread(setUp: { loop in
+            try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: "inner")
+            try loop.add(RunLoopTimer(after: .milliseconds(5)) { _ in
+                trace.append("inner \(loop.run(mode: "inner", timeout: .seconds(10)))")
+            }, mode: .default)
+            try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: .default)
+        }, body: { loop in [loop.run(mode: .default, timeout: .milliseconds(300))] })
+        sleepMilliseconds(60)
+        worker.loop.stop()
+        #expect(worker.join() == [.timedOut])
+        #expect(trace.all == ["inner stopped"])
+    }
+
+    @Test("an idle loop with a far-future timer passes at most once in 200 ms")
+    func idleLoopDoesNotSpin() throws {
+        let passes = Locked(0)
+        let worker = LoopThread(setUp: { loop in
+            try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: .default)
+            try loop.add(RunLoopObserver(activities: .afterWaiting) { _, _ in passes.withLock { $0 += 1 } }, mode: .default)
+        }, body: { loop in [loop.run(mode: .default, timeout: .milliseconds(200))] })
+        #expect(worker.join() == [.timedOut])
+        #expect(passes.current <= 1)
+    }
+
+    @Test("run() on a thread that does not own the loop returns finished and logs")
+    func runFromAnotherThread() throws {
+        let worker = LoopThread(setUp: { loop in
+            try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: .default)
+        }, body: { loop in [loop.run(mode: .default, timeout: .milliseconds(100))] })
+        let before = PortRunLoop.loggedErrors.load(ordering: .relaxed)
+        #expect(worker.loop.run(mode: .default, timeout: .seconds(1)) == .finished)
+        #expect(PortRunLoop.loggedErrors.load(ordering: .relaxed) > before)
+        #expect(worker.join() == [.timedOut])
+    }
+
+    @Test("the description lists ports, modes and items like CF's")
+    func description() throws {
+        let captured = Locked("")
+        let worker = LoopThread(setUp: { loop in
+            try loop.add(RunLoopTimer(after: .seconds(60), interval: .seconds(60)) { _ in }, mode: .common)
+            try loop.add(RunLoopSource(order: 3) {}, mode: "tracking")
+            try loop.add(RunLoopObserver(activities: [.entry, .exit], order: 7) { _, _ in }, mode: .default)
+        }, body: { loop in
+            captured.withLock { $0 = loop.description }
+            return []
+        })
+        _ = worker.join()
+        let text = captured.current
+        for needle in ["wakeup port = port#", "stopped = false", "common modes = {kCFRunLoopDefaultMode}",
+                       "kCFRunLoopDefaultMode: {", "tracking: {", "RunLoopSource(order: 3", "activities: entry|exit",
+                       "order: 7", "interval: 60.0 seconds", "RunLoopTimer(next fire in"] {
+            #expect(text.contains(needle), "missing \(needle) in\n\(text)")
+        }
+    }
+}

@@ -1,0 +1,166 @@
+import PortLoop
+import Testing
+
+/// Source0 order, Source1 replies and modes, removal during a run, observers that remove themselves.
+@Suite("Run loop sources")
+struct RunLoopSourceTests {
+    @Test("signalled Source0s are performed by order, then by signal time")
+    func source0Order() throws {
+        let trace = Trace<String>()
+        let a = RunLoopSource(order: 2) { trace.append("a2") }
+        let b = RunLoopSource(order: 1) { trace.append("b1") }
+        let c = RunLoopSource(order: 2) { trace.append("c2") }
+        let d = RunLoopSource(order: 0) { trace.append("d0") }
+        let worker = LoopThread(setUp: { loop in
+            for source in [a, b, c, d] { try loop.add(source, mode: .default) }
+            c.signal(); a.signal(); b.signal(); d.signal()
+            #expect(a.isSignalled)
+        }, body: { loop in [loop.run(mode: .default, timeout: .zero)] })
+        #expect(worker.join() == [.timedOut])
+        #expect(trace.all == ["d0", "b1", "c2", "a2"])
+        #expect(!a.isSignalled)
+    }
+
+    @Test("a Source0 signalled but not woken waits; signalAndWakeUp performs it")
+    func signalDoesNotWake() throws {
+        let performed = Locked(0)
+        let source = RunLoopSource { performed.withLock { $0 += 1 } }
+        let worker = LoopThread(setUp: { loop in try loop.add(source, mode: .default) },
+                                body: { loop in [loop.run(mode: .default, timeout: .seconds(10), returnAfterSourceHandled: true)] })
+        sleepMilliseconds(30)
+        source.signal()
+        sleepMilliseconds(50)
+        #expect(performed.current == 0, "a signal alone does not wake the loop")
+        worker.loop.wakeUp()
+        #expect(worker.join() == [.handledSource])
+        #expect(performed.current == 1)
+    }
+
+    @Test("a Source1 handler's reply reaches the reply port")
+    func source1Reply() throws {
+        let source = try RunLoopPortSource { message in
+            PortReply(id: message.id + 100, bytes: message.payload.reversed())
+        }
+        let sender = source.makeSendRight()
+        let worker = LoopThread(setUp: { loop in try loop.add(source, mode: .default) },
+                                body: { loop in [loop.run(mode: .default, timeout: .seconds(10), returnAfterSourceHandled: true)] })
+        let replies = try PortReceiveRight()
+        try sender.send(id: 7, bytes: [1, 2, 3], replyPort: replies.makeSendRight())
+        let reply = try replies.receive(timeout: .after(.seconds(10)))
+        #expect(reply.id == 107)
+        #expect(reply.payload == [3, 2, 1])
+        #expect(worker.join() == [.handledSource])
+    }
+
+    @Test("a Source1 in two modes is served in both")
+    func source1InTwoModes() throws {
+        let modes = Trace<String>()
+        let source = try RunLoopPortSource { _ in modes.append(PortRunLoop.current.currentModeName!.rawValue); return nil }
+        let sender = source.makeSendRight()
+        let worker = LoopThread(setUp: { loop in
+            try loop.add(source, mode: .default)
+            try loop.add(source, mode: "tracking")
+            try sender.send(id: 1)
+            try sender.send(id: 2)
+        }, body: { loop in
+            [loop.run(mode: "tracking", timeout: .seconds(5), returnAfterSourceHandled: true),
+             loop.run(mode: .default, timeout: .seconds(5), returnAfterSourceHandled: true)]
+        })
+        #expect(worker.join() == [.handledSource, .handledSource])
+        #expect(modes.all == ["tracking", "kCFRunLoopDefaultMode"])
+    }
+
+    @Test("a Source1 drains a burst of messages in order")
+    func source1Burst() throws {
+        let received = Locked([Int32]())
+        let source = try RunLoopPortSource(queueLimit: 1024) { message in
+            received.withLock { $0.append(message.id) }
+            if message.id == 4999 { PortRunLoop.current.stop() }
+            return nil
+        }
+        let sender = source.makeSendRight()
+        let worker = LoopThread(setUp: { loop in try loop.add(source, mode: .default) },
+                                body: { loop in [loop.run(mode: .default, timeout: .seconds(30))] })
+        let producer = TestThread { for i in 0..<5000 { try! sender.send(id: Int32(i)) } }
+        producer.join()
+        #expect(worker.join() == [.stopped])
+        #expect(received.current == (0..<5000).map { Int32($0) })
+    }
+
+    @Test("removing a source during a run: it is not performed again and the mode may finish")
+    func removeDuringRun() throws {
+        let performed = Locked(0)
+        let source = try RunLoopPortSource { _ in performed.withLock { $0 += 1 }; return nil }
+        let sender = source.makeSendRight()
+        let cancels = Locked(0)
+        let source0 = RunLoopSource(cancel: { _, _ in cancels.withLock { $0 += 1 } }) {}
+        let worker = LoopThread(setUp: { loop in
+            try loop.add(source, mode: .default)
+            try loop.add(source0, mode: .default)
+        }, body: { loop in [loop.run(mode: .default, timeout: .seconds(10))] })
+        try sender.send(id: 1)
+        sleepMilliseconds(50)
+        worker.loop.remove(source, mode: .default)
+        try sender.send(id: 2)
+        source0.invalidate()
+        #expect(worker.join() == [.finished])
+        #expect(performed.current == 1)
+        #expect(cancels.current == 1)
+    }
+
+    @Test("a source invalidated inside its own callout")
+    func invalidateInCallout() throws {
+        let performed = Locked(0)
+        let box = Locked<RunLoopSource?>(nil)
+        let source = RunLoopSource {
+            performed.withLock { $0 += 1 }
+            box.current?.invalidate()
+        }
+        box.withLock { $0 = source }
+        let worker = LoopThread(setUp: { loop in try loop.add(source, mode: .default); source.signal() },
+                                body: { loop in [loop.run(mode: .default, timeout: .seconds(5))] })
+        #expect(worker.join() == [.finished])
+        #expect(performed.current == 1)
+        #expect(!source.isValid)
+        box.withLock { $0 = nil }
+    }
+
+    @Test("observers fire by order; a non-repeating one once; one that removes itself stops")
+    func observerOrderAndRemoval() throws {
+        let trace = Trace<String>()
+        let worker = LoopThread(setUp: { loop in
+            try loop.add(RunLoopObserver(activities: .beforeTimers, order: 5) { _, _ in trace.append("o5") }, mode: .default)
+            try loop.add(RunLoopObserver(activities: .beforeTimers, order: -1) { _, _ in trace.append("o-1") }, mode: .default)
+            try loop.add(RunLoopObserver(activities: .beforeTimers, repeats: false, order: 5) { _, _ in trace.append("once") },
+                         mode: .default)
+            try loop.add(RunLoopObserver(activities: .beforeTimers, order: 9) { observer, _ in
+                trace.append("self-removing")
+                PortRunLoop.current.remove(observer, mode: .default)
+            }, mode: .default)
+            try loop.add(RunLoopTimer(after: .milliseconds(5), interval: .milliseconds(5)) { _ in }, mode: .default)
+        }, body: { loop in [loop.run(mode: .default, timeout: .milliseconds(40))] })
+        #expect(worker.join() == [.timedOut])
+        let events = trace.all
+        #expect(Array(events.prefix(4)) == ["o-1", "o5", "once", "self-removing"])
+        #expect(events.filter { $0 == "once" }.count == 1)
+        #expect(events.filter { $0 == "self-removing" }.count == 1)
+        #expect(events.filter { $0 == "o5" }.count >= 2)
+    }
+
+    @Test("an observer does not fire re-entrantly from a nested run")
+    func observerNotReentrant() throws {
+        let depth = Locked(0)
+        let maxDepth = Locked(0)
+        let worker = LoopThread(setUp: { loop in
+            try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: .common)
+            try loop.add(RunLoopObserver(activities: .entry) { _, _ in
+                let d = depth.withLock { $0 += 1; return $0 }
+                maxDepth.withLock { $0 = max($0, d) }
+                _ = loop.run(mode: .default, timeout: .zero)
+                depth.withLock { $0 -= 1 }
+            }, mode: .default)
+        }, body: { loop in [loop.run(mode: .default, timeout: .zero)] })
+        #expect(worker.join() == [.timedOut])
+        #expect(maxDepth.current == 1)
+    }
+}
