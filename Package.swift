@@ -26,7 +26,8 @@ let package = Package(
             path: "CShims",
             publicHeadersPath: "include",
             // C files do not autolink the module map's libraries, so name them here too.
-            linkerSettings: [.linkedLibrary("event_core"), .linkedLibrary("event_pthreads")]
+            linkerSettings: [.linkedLibrary("event_core"), .linkedLibrary("event_pthreads"),
+                             .linkedLibrary("dispatch")]
         ),
         .target(
             name: "PortLoop",
@@ -40,9 +41,14 @@ let package = Package(
             name: "PortLoopDemo",
             dependencies: ["PortLoop"]
         ),
+        // A child process for the main-queue tests: a synchronous main that runs the main loop.
+        .executableTarget(
+            name: "PortLoopMainQueueCheck",
+            dependencies: ["PortLoop"]
+        ),
         .testTarget(
             name: "PortLoopTests",
-            dependencies: ["PortLoop", "CPortLoop"]
+            dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck"]
         ),
     ],
     swiftLanguageModes: [.v6]

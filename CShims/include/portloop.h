@@ -244,6 +244,20 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
 void pl_port_set_wake_stats(pl_port_set_t *set, uint64_t *out_sleeps, uint64_t *out_wakes);
 
 /* ------------------------------------------------------------------------------------------------ */
+/* The main dispatch queue (libdispatch's hooks for CoreFoundation)                                   */
+
+/** The eventfd that libdispatch makes readable when the main queue has work
+ *  (_dispatch_get_main_queue_handle_4CF). Owned by libdispatch: never close it. */
+int pl_main_queue_handle(void);
+
+/** Reads the eventfd's 8 bytes so that it stops being readable; returns 1 if a value was read. */
+int pl_main_queue_consume(int fd);
+
+/** Drains the main queue once, on the main thread (_dispatch_main_queue_callback_4CF(NULL)). Crashes if the
+ *  process ever called dispatch_main(). */
+void pl_main_queue_drain(void);
+
+/* ------------------------------------------------------------------------------------------------ */
 /* Threads                                                                                            */
 
 /** The kernel's id of the calling thread (gettid). */

@@ -12,6 +12,8 @@ final class LoopMode {
     var observers: [RunLoopObserver] = []
     var timers = TimerHeap()
     var timerEntries: [ObjectIdentifier: TimerHeap.Entry] = [:]
+    /// Whether libdispatch's main-queue eventfd is in the port set (main loop only, main thread only).
+    var holdsMainQueue = false
 
     init(name: PortRunLoop.Mode, wakeUpPort: borrowing PortReceiveRight) throws(PortError) {
         self.name = name

@@ -43,9 +43,11 @@ extension PortRunLoop {
         runDepth += 1
         lock.unlock()
 
+        let heldMainQueue = setMainQueueMember(state, servicesMainQueue(mode))
         doObservers(state, .entry)
         let result = runPasses(state, timeout: timeout, returnAfterSourceHandled: returnAfterSourceHandled)
         doObservers(state, .exit)
+        setMainQueueMember(state, heldMainQueue)
 
         lock.withLock {
             currentMode = previousMode
@@ -61,6 +63,8 @@ extension PortRunLoop {
         let deadline = pollOnly ? monotonicNanoseconds() : monotonicNanoseconds().addingClamped(timeoutNanoseconds)
 
         while true {
+            mainQueueSkipThisPass = mainQueueServicedLastPass
+            mainQueueServicedLastPass = false
             doObservers(state, .beforeTimers)
             doObservers(state, .beforeSources)
             doBlocks(state)
@@ -148,7 +152,9 @@ extension PortRunLoop {
     /// Dispatches one received message: the wake-up port's is consumed and nothing else; a Source1's is
     /// performed and its reply sent.
     private func handleMessage(_ state: LoopMode, _ header: pl_received_t) -> Bool {
-        guard header.kind == PL_RECEIVED_MESSAGE else { return false }
+        guard header.kind == PL_RECEIVED_MESSAGE else {
+            return header.kind == PL_RECEIVED_FD && serviceMainQueue(fileDescriptor: header.fd)
+        }
         let arrival = PortName(rawValue: header.arrival_name)
         if arrival == wakeUpPortName { return false }
         let payload = header.size == 0 ? [] :
@@ -254,6 +260,8 @@ extension PortRunLoop {
 
     /// Whether a run in this mode has nothing to do. With the lock held.
     func isEmptyLocked(_ state: LoopMode) -> Bool {
-        state.hasNoSourcesOrTimers && !blocks.contains { blockMatches($0, state.name) }
+        // On the main loop, the main dispatch queue is a source of every common mode.
+        if isMainLoop && commonModes.contains(state.name) { return false }
+        return state.hasNoSourcesOrTimers && !blocks.contains { blockMatches($0, state.name) }
     }
 }

@@ -45,6 +45,11 @@ public final class PortRunLoop: @unchecked Sendable {
     let waiting = Atomic<Bool>(false)
     /// The loop thread's receive buffer; touched only by that thread.
     var receiveBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 16)
+    /// libdispatch's main-queue eventfd once looked up, and the main-queue servicing state; main thread only.
+    var mainQueueHandle: Int32 = -1
+    var servicingMainQueue = false
+    var mainQueueServicedLastPass = false
+    var mainQueueSkipThisPass = false
 
     static let logger = Logger(label: "PortLoop.PortRunLoop")
     /// Errors logged so far; lets tests check that misuse is reported exactly once.
