@@ -20,7 +20,7 @@ final class Latch: @unchecked Sendable {
 
 /// A thread that runs a loop: `setUp` runs on the thread with its loop, then `body` (which usually runs the
 /// loop). The loop is handed back once `setUp` is done.
-final class LoopThread: @unchecked Sendable {
+final class TestLoopThread: @unchecked Sendable {
     let thread: TestThread
     let loop: PortRunLoop
     private let result: Locked<[PortRunLoop.RunResult]>
@@ -61,7 +61,7 @@ final class Trace<Event: Sendable>: @unchecked Sendable {
 /// Everything but running a loop is allowed from any thread, so tests may drive it from here.
 func withIdleLoop(_ body: (PortRunLoop) throws -> Void) rethrows {
     let release = Latch()
-    let worker = LoopThread(body: { _ in release.wait(); return [] })
+    let worker = TestLoopThread(body: { _ in release.wait(); return [] })
     defer { release.signal(); _ = worker.join() }
     try body(worker.loop)
 }

@@ -7,7 +7,7 @@ struct RunLoopBlockTests {
     @Test("blocks run FIFO, only in matching modes; others stay queued in order")
     func fifoAndModeFiltering() throws {
         let trace = Trace<String>()
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: .common)
             try loop.addCommonMode("tracking")
             try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: "private")
@@ -27,7 +27,7 @@ struct RunLoopBlockTests {
     @Test("performAndWakeUp from another thread runs the block on the loop's thread soon")
     func performFromAnotherThread() throws {
         let ranOn = Locked<Int32>(0)
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: .default)
         }, body: { loop in [loop.run(mode: .default, timeout: .seconds(10), returnAfterSourceHandled: false)] })
         sleepMilliseconds(30)
@@ -43,7 +43,7 @@ struct RunLoopBlockTests {
     @Test("a pending block keeps a mode alive")
     func pendingBlockKeepsModeAlive() throws {
         let ran = Locked(false)
-        let worker = LoopThread(setUp: { loop in try loop.perform(inModes: [.default]) { ran.withLock { $0 = true } } },
+        let worker = TestLoopThread(setUp: { loop in try loop.perform(inModes: [.default]) { ran.withLock { $0 = true } } },
                                 body: { loop in [loop.run(mode: .default, timeout: .seconds(5)), loop.run(mode: .default)] })
         #expect(worker.join() == [.finished, .finished])
         #expect(ran.current)

@@ -7,7 +7,7 @@ struct RunLoopModeTests {
     @Test("a default-mode timer does not fire while a tracking mode runs; a common-mode timer fires in both")
     func scrollingExample() throws {
         let trace = Trace<String>()
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(RunLoopTimer(after: .milliseconds(10), interval: .milliseconds(10)) { _ in
                 trace.append("default \(loop.currentModeName!.rawValue)")
             }, mode: .default)
@@ -53,7 +53,7 @@ struct RunLoopModeTests {
 
     @Test("adding an item twice to a mode has no effect; an item belongs to one loop")
     func addTwiceAndOneLoop() throws {
-        let exited = LoopThread(body: { _ in [] })
+        let exited = TestLoopThread(body: { _ in [] })
         _ = exited.join()
         try withIdleLoop { loop in try withIdleLoop { other in
         let schedules = Locked(0)

@@ -7,7 +7,7 @@ struct RunLoopRunTests {
     @Test("observer trace around a 50 ms one-shot timer on a secondary thread, then finished")
     func observerTrace() throws {
         let trace = Trace<String>()
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(RunLoopObserver(activities: .allActivities) { _, activity in trace.append("\(activity)") },
                          mode: .default)
             try loop.add(RunLoopTimer(after: .milliseconds(50)) { _ in trace.append("timer") }, mode: .default)
@@ -20,7 +20,7 @@ struct RunLoopRunTests {
     func finishedForEmptyMode() throws {
         let trace = Trace<String>()
         let before = PortRunLoop.loggedErrors.load(ordering: .relaxed)
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(RunLoopObserver(activities: .allActivities) { _, activity in trace.append("\(activity)") },
                          mode: .default)
         }, body: { loop in
@@ -35,7 +35,7 @@ struct RunLoopRunTests {
     @Test("running in common logs exactly one error")
     func commonLogsOnce() throws {
         let counted = Locked(0)
-        let worker = LoopThread(body: { loop in
+        let worker = TestLoopThread(body: { loop in
             let before = PortRunLoop.loggedErrors.load(ordering: .relaxed)
             let result = loop.run(mode: .common)
             counted.withLock { $0 = PortRunLoop.loggedErrors.load(ordering: .relaxed) - before }
@@ -47,7 +47,7 @@ struct RunLoopRunTests {
 
     @Test("stop() from another thread ends the run with stopped")
     func stoppedFromAnotherThread() throws {
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: .default)
         }, body: { loop in [loop.run(mode: .default, timeout: .seconds(30))] })
         sleepMilliseconds(50)
@@ -58,7 +58,7 @@ struct RunLoopRunTests {
 
     @Test("a run with a timeout returns timedOut; a zero timeout polls once")
     func timedOut() throws {
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: .default)
         }, body: { loop in
             let start = nowNanoseconds()
@@ -75,7 +75,7 @@ struct RunLoopRunTests {
         let source0 = RunLoopSource { performed.append("source0") }
         let source1 = try RunLoopPortSource { _ in performed.append("source1"); return nil }
         let sender = source1.makeSendRight()
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(source0, mode: .default)
             try loop.add(source1, mode: .default)
         }, body: { loop in
@@ -93,7 +93,7 @@ struct RunLoopRunTests {
     @Test("a nested run of the same loop in another mode from inside a callout")
     func nestedRun() throws {
         let trace = Trace<String>()
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(RunLoopTimer(after: .milliseconds(40)) { _ in trace.append("inner timer") }, mode: "inner")
             try loop.add(RunLoopTimer(after: .milliseconds(5)) { _ in
                 trace.append("outer timer begins in \(loop.currentModeName!)")
@@ -109,7 +109,7 @@ struct RunLoopRunTests {
     @Test("stop() ends only the innermost run")
     func stopInnermost() throws {
         let trace = Trace<String>()
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: "inner")
             try loop.add(RunLoopTimer(after: .milliseconds(5)) { _ in
                 trace.append("inner \(loop.run(mode: "inner", timeout: .seconds(10)))")
@@ -125,7 +125,7 @@ struct RunLoopRunTests {
     @Test("an idle loop with a far-future timer passes at most once in 200 ms")
     func idleLoopDoesNotSpin() throws {
         let passes = Locked(0)
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: .default)
             try loop.add(RunLoopObserver(activities: .afterWaiting) { _, _ in passes.withLock { $0 += 1 } }, mode: .default)
         }, body: { loop in [loop.run(mode: .default, timeout: .milliseconds(200))] })
@@ -135,7 +135,7 @@ struct RunLoopRunTests {
 
     @Test("run() on a thread that does not own the loop returns finished and logs")
     func runFromAnotherThread() throws {
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: .default)
         }, body: { loop in [loop.run(mode: .default, timeout: .milliseconds(100))] })
         let before = PortRunLoop.loggedErrors.load(ordering: .relaxed)
@@ -147,7 +147,7 @@ struct RunLoopRunTests {
     @Test("the description lists ports, modes and items like CF's")
     func description() throws {
         let captured = Locked("")
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(RunLoopTimer(after: .seconds(60), interval: .seconds(60)) { _ in }, mode: .common)
             try loop.add(RunLoopSource(order: 3) {}, mode: "tracking")
             try loop.add(RunLoopObserver(activities: [.entry, .exit], order: 7) { _, _ in }, mode: .default)

@@ -11,7 +11,7 @@ struct RunLoopSourceTests {
         let b = RunLoopSource(order: 1) { trace.append("b1") }
         let c = RunLoopSource(order: 2) { trace.append("c2") }
         let d = RunLoopSource(order: 0) { trace.append("d0") }
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             for source in [a, b, c, d] { try loop.add(source, mode: .default) }
             c.signal(); a.signal(); b.signal(); d.signal()
             #expect(a.isSignalled)
@@ -25,7 +25,7 @@ struct RunLoopSourceTests {
     func signalDoesNotWake() throws {
         let performed = Locked(0)
         let source = RunLoopSource { performed.withLock { $0 += 1 } }
-        let worker = LoopThread(setUp: { loop in try loop.add(source, mode: .default) },
+        let worker = TestLoopThread(setUp: { loop in try loop.add(source, mode: .default) },
                                 body: { loop in [loop.run(mode: .default, timeout: .seconds(10), returnAfterSourceHandled: true)] })
         sleepMilliseconds(30)
         source.signal()
@@ -42,7 +42,7 @@ struct RunLoopSourceTests {
             PortReply(id: message.id + 100, bytes: message.payload.reversed())
         }
         let sender = source.makeSendRight()
-        let worker = LoopThread(setUp: { loop in try loop.add(source, mode: .default) },
+        let worker = TestLoopThread(setUp: { loop in try loop.add(source, mode: .default) },
                                 body: { loop in [loop.run(mode: .default, timeout: .seconds(10), returnAfterSourceHandled: true)] })
         let replies = try PortReceiveRight()
         try sender.send(id: 7, bytes: [1, 2, 3], replyPort: replies.makeSendRight())
@@ -57,7 +57,7 @@ struct RunLoopSourceTests {
         let modes = Trace<String>()
         let source = try RunLoopPortSource { _ in modes.append(PortRunLoop.current.currentModeName!.rawValue); return nil }
         let sender = source.makeSendRight()
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(source, mode: .default)
             try loop.add(source, mode: "tracking")
             try sender.send(id: 1)
@@ -79,7 +79,7 @@ struct RunLoopSourceTests {
             return nil
         }
         let sender = source.makeSendRight()
-        let worker = LoopThread(setUp: { loop in try loop.add(source, mode: .default) },
+        let worker = TestLoopThread(setUp: { loop in try loop.add(source, mode: .default) },
                                 body: { loop in [loop.run(mode: .default, timeout: .seconds(30))] })
         let producer = TestThread { for i in 0..<5000 { try! sender.send(id: Int32(i)) } }
         producer.join()
@@ -94,7 +94,7 @@ struct RunLoopSourceTests {
         let sender = source.makeSendRight()
         let cancels = Locked(0)
         let source0 = RunLoopSource(cancel: { _, _ in cancels.withLock { $0 += 1 } }) {}
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(source, mode: .default)
             try loop.add(source0, mode: .default)
         }, body: { loop in [loop.run(mode: .default, timeout: .seconds(10))] })
@@ -117,7 +117,7 @@ struct RunLoopSourceTests {
             box.current?.invalidate()
         }
         box.withLock { $0 = source }
-        let worker = LoopThread(setUp: { loop in try loop.add(source, mode: .default); source.signal() },
+        let worker = TestLoopThread(setUp: { loop in try loop.add(source, mode: .default); source.signal() },
                                 body: { loop in [loop.run(mode: .default, timeout: .seconds(5))] })
         #expect(worker.join() == [.finished])
         #expect(performed.current == 1)
@@ -128,7 +128,7 @@ struct RunLoopSourceTests {
     @Test("observers fire by order; a non-repeating one once; one that removes itself stops")
     func observerOrderAndRemoval() throws {
         let trace = Trace<String>()
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(RunLoopObserver(activities: .beforeTimers, order: 5) { _, _ in trace.append("o5") }, mode: .default)
             try loop.add(RunLoopObserver(activities: .beforeTimers, order: -1) { _, _ in trace.append("o-1") }, mode: .default)
             try loop.add(RunLoopObserver(activities: .beforeTimers, repeats: false, order: 5) { _, _ in trace.append("once") },
@@ -151,7 +151,7 @@ struct RunLoopSourceTests {
     func observerNotReentrant() throws {
         let depth = Locked(0)
         let maxDepth = Locked(0)
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: .common)
             try loop.add(RunLoopObserver(activities: .entry) { _, _ in
                 let d = depth.withLock { $0 += 1; return $0 }

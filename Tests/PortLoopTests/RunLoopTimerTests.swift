@@ -9,7 +9,7 @@ struct RunLoopTimerTests {
         let fires = Locked(0)
         let timer = RunLoopTimer(after: .milliseconds(10)) { _ in fires.withLock { $0 += 1 } }
         #expect(!timer.isRepeating)
-        let worker = LoopThread(setUp: { loop in try loop.add(timer, mode: .default) },
+        let worker = TestLoopThread(setUp: { loop in try loop.add(timer, mode: .default) },
                                 body: { loop in [loop.run(mode: .default, timeout: .seconds(5))] })
         #expect(worker.join() == [.finished])
         #expect(fires.current == 1)
@@ -28,7 +28,7 @@ struct RunLoopTimerTests {
             scheduled.withLock { $0.append(monotonic(timer.nextFireDate)) }
             if count == 3 { timer.invalidate() }
         }
-        let worker = LoopThread(setUp: { loop in try loop.add(timer, mode: .default) },
+        let worker = TestLoopThread(setUp: { loop in try loop.add(timer, mode: .default) },
                                 body: { loop in [loop.run(mode: .default, timeout: .seconds(5))] })
         #expect(worker.join() == [.finished])
         let fires = fireTimes.current
@@ -51,7 +51,7 @@ struct RunLoopTimerTests {
         let timer = RunLoopTimer(after: .milliseconds(1), interval: .milliseconds(5)) { timer in
             if fires.withLock({ $0 += 1; return $0 }) == 2 { timer.invalidate() }
         }
-        let worker = LoopThread(setUp: { loop in try loop.add(timer, mode: .default) },
+        let worker = TestLoopThread(setUp: { loop in try loop.add(timer, mode: .default) },
                                 body: { loop in [loop.run(mode: .default, timeout: .seconds(5))] })
         #expect(worker.join() == [.finished])
         #expect(fires.current == 2)
@@ -61,7 +61,7 @@ struct RunLoopTimerTests {
     @Test("a fire date in the past fires at the next opportunity")
     func pastFireDate() throws {
         let fired = Locked<Int64>(0)
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             try loop.add(RunLoopTimer(fireAt: .now - .seconds(10)) { _ in fired.withLock { $0 = nowNanoseconds() } },
                          mode: .default)
         }, body: { loop in [loop.run(mode: .default, timeout: .seconds(5))] })
@@ -75,7 +75,7 @@ struct RunLoopTimerTests {
     func setNextFireDateWakes() throws {
         let fired = Locked<Int64>(0)
         let timer = RunLoopTimer(after: .seconds(3600)) { _ in fired.withLock { $0 = nowNanoseconds() } }
-        let worker = LoopThread(setUp: { loop in try loop.add(timer, mode: .default) },
+        let worker = TestLoopThread(setUp: { loop in try loop.add(timer, mode: .default) },
                                 body: { loop in [loop.run(mode: .default, timeout: .seconds(10))] })
         sleepMilliseconds(50)
         #expect(worker.loop.isWaiting)
@@ -114,7 +114,7 @@ struct RunLoopTimerTests {
         let count = 100_000
         let order = Locked([Int]())
         order.withLock { $0.reserveCapacity(count) }
-        let worker = LoopThread(setUp: { loop in
+        let worker = TestLoopThread(setUp: { loop in
             let base = ContinuousClock.now + .milliseconds(20)
             // Insert in a scrambled order; fire dates spread over 50 ms.
             for i in 0..<count {
