@@ -90,24 +90,7 @@ extension PortRunLoop {
     }
 
     func remove(_ item: LoopItem, mode: Mode) {
-        let (cancelled, wake) = lock.withLock { () -> ([(RunLoopSource, Mode)], Bool) in
-            var targets: [Mode] = [mode]
-            if mode == .common {
-                commonItems.removeAll { $0.identity == item.identity }
-                targets = Array(commonModes)
-            }
-            var wake = false
-            let cancelled = targets.compactMap { target -> (RunLoopSource, Mode)? in
-                guard let state = modes[target], removeLocked(item, from: state) else { return nil }
-                wake = wake || sleepingMode === state
-                if case let .source(source) = item { return (source, target) }
-                return nil
-            }
-            return (cancelled, wake)
-        }
-        callCancelCallouts(cancelled)
-        // A sleeping loop re-evaluates: its mode may now be empty, or its next timer later.
-        if wake { wakeUp() }
+        remove(item, fromCommonItems: mode == .common) { [mode] in mode == .common ? commonModes.contains($0) : $0 == mode }
     }
 
     func contains(_ item: LoopItem, mode: Mode) -> Bool {
@@ -125,11 +108,18 @@ extension PortRunLoop {
     func removeEverywhere(_ observer: RunLoopObserver) { removeEverywhere(.observer(observer)) }
 
     private func removeEverywhere(_ item: LoopItem) {
+        remove(item, fromCommonItems: true) { _ in true }
+    }
+
+    /// Removes the item from every mode whose name passes `selected` (and from the common items when asked),
+    /// calls the cancel callouts, and wakes a loop sleeping in an affected mode: its mode may now be empty,
+    /// or its next timer later.
+    private func remove(_ item: LoopItem, fromCommonItems: Bool, modes selected: (Mode) -> Bool) {
         let (cancelled, wake) = lock.withLock { () -> ([(RunLoopSource, Mode)], Bool) in
-            commonItems.removeAll { $0.identity == item.identity }
+            if fromCommonItems { commonItems.removeAll { $0.identity == item.identity } }
             var wake = false
             let cancelled = modes.compactMap { name, state -> (RunLoopSource, Mode)? in
-                guard removeLocked(item, from: state) else { return nil }
+                guard selected(name), removeLocked(item, from: state) else { return nil }
                 wake = wake || sleepingMode === state
                 if case let .source(source) = item { return (source, name) }
                 return nil
