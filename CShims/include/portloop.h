@@ -266,6 +266,14 @@ int32_t pl_thread_id(void);
 /** The process id, which is also the main thread's kernel id (getpid). */
 int32_t pl_process_id(void);
 
+/** Names the calling thread (pthread_setname_np); Linux keeps at most 15 bytes, so the caller cuts the name
+ *  to fit. Returns 0 or an errno value. */
+int pl_thread_set_name(const char *name);
+
+/** Copies the calling thread's name into buf (pthread_getname_np); size 16 holds any name. Returns 0 or an
+ *  errno value. */
+int pl_thread_get_name(char *buf, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

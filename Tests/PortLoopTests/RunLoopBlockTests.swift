@@ -61,12 +61,15 @@ struct RunLoopBlockTests {
 
     @Test("1,000 threads each create a loop with a port source and exit: loops and ports are torn down")
     func manyThreadsTearDown() throws {
-        let before = LoopRegistry.count
+        // Weak references rather than LoopRegistry.count: other suites create and end loop threads in
+        // parallel, so the global count is not this test's to compare.
+        let loops = Locked([WeakLoop]())
         let senders = Locked([PortSendRight]())
         for _ in 0..<250 {
             let threads = (0..<4).map { _ in
                 TestThread {
                     let loop = PortRunLoop.current
+                    loops.withLock { $0.append(WeakLoop(loop)) }
                     let source = try! RunLoopPortSource { _ in nil }
                     let sender = source.makeSendRight()
                     try! loop.add(source, mode: .default)
@@ -78,9 +81,16 @@ struct RunLoopBlockTests {
             }
             threads.forEach { $0.join() }
         }
-        #expect(LoopRegistry.count == before)
+        #expect(loops.current.count == 1000)
+        #expect(loops.current.allSatisfy { $0.loop == nil }, "the registry let go of every loop when its thread exited")
         let all = senders.current
         #expect(all.count == 1000)
         #expect(all.filter { !$0.isDeadName }.isEmpty, "every source's port was destroyed with its loop")
     }
+}
+
+/// A weak reference to a loop, to check that nothing keeps it alive.
+final class WeakLoop: @unchecked Sendable {
+    weak var loop: PortRunLoop?
+    init(_ loop: PortRunLoop) { self.loop = loop }
 }

@@ -40,6 +40,8 @@ public final class PortRunLoop: @unchecked Sendable {
     /// The mode whose sleep is being prepared or taken, so that adding a timer to it wakes the loop.
     var sleepingMode: LoopMode?
     var timerSequence: UInt64 = 0
+    /// Delayed performs not yet run or cancelled (``perform(afterDelay:inModes:_:)``); has its own lock.
+    let delayedPerforms = DelayedPerformTable()
 
     /// Whether the loop is asleep (`CFRunLoopIsWaiting`); readable without the lock.
     let waiting = Atomic<Bool>(false)
@@ -153,6 +155,9 @@ public final class PortRunLoop: @unchecked Sendable {
     func threadDidExit() {
         var cancelled: [(RunLoopSource, Mode)] = []
         var items: [LoopItem] = []
+        // Released after the lock: a dropped block's captures may run code that calls into this loop (a
+        // waiter's sentinel, a deinit that stops a loop thread), which would deadlock under the lock.
+        var droppedBlocks = Deque<PendingBlock>()
         lock.withLock {
             threadExited = true
             for (name, state) in modes {
@@ -164,10 +169,13 @@ public final class PortRunLoop: @unchecked Sendable {
             }
             modes.removeAll()
             commonItems.removeAll()
-            blocks.removeAll()
+            swap(&droppedBlocks, &blocks)
         }
+        droppedBlocks.removeAll()
         for item in items { item.attachment.forgetLoop() }
         callCancelCallouts(cancelled)
+        // Their timers left with the other items; drop their blocks now too, as pending blocks are dropped.
+        _ = delayedPerforms.takeAll()
     }
 
     func callScheduleCallouts(_ list: [(RunLoopSource, Mode)]) {

@@ -76,6 +76,8 @@ public enum RunLoopError: Error, Hashable, Sendable, CustomStringConvertible {
     case invalidated
     /// The port layer refused to create a mode's port set (descriptors or memory exhausted).
     case portLayer(PortError)
+    /// An argument is out of range (a negative delay): which one, and why.
+    case invalidArgument(argument: String, reason: String)
 
     public var description: String {
         switch self {
@@ -83,6 +85,7 @@ public enum RunLoopError: Error, Hashable, Sendable, CustomStringConvertible {
         case .attachedToAnotherLoop: "the item is scheduled on another run loop"
         case .invalidated: "the item was invalidated"
         case let .portLayer(error): "the port layer failed: \(error)"
+        case let .invalidArgument(argument, reason): "invalid argument: \(argument): \(reason)"
         }
     }
 }

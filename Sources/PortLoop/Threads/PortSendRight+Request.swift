@@ -1,0 +1,50 @@
+import CPortLoop
+
+extension PortSendRight {
+    /// Sends a request and waits for its reply: one `mach_msg` with `MACH_SEND_MSG | MACH_RCV_MSG` and a reply
+    /// port, as a MIG client stub does. The receiver answers on the message's ``PortMessage/replyPort``; a
+    /// ``RunLoopPortSource`` does that with the ``PortReply`` its handler returns.
+    ///
+    /// Each request gets a fresh reply port, destroyed when the call returns. That is why a reply that arrives
+    /// after the request timed out can never be taken for the answer to a later request: it is addressed to a
+    /// port that no longer exists, so the late replier's send fails with ``PortError/invalidDestination``
+    /// (a ``RunLoopPortSource``'s loop logs it and drops it). MIG does the same: on a receive timeout it
+    /// destroys the thread's reply port and makes a new one (`mig_dealloc_reply_port`). The alternative,
+    /// one long-lived reply port with a sequence number in each request, needs every replier to echo the
+    /// number and the requester to skip stale replies, and a stale reply could still fill the reply queue;
+    /// a port here costs one allocation and no descriptor, so the fresh port is both simpler and safe by
+    /// construction.
+    ///
+    /// - Parameters:
+    ///   - id: the request's id (`msgh_id`).
+    ///   - bytes: the request's payload.
+    ///   - timeout: how long the whole exchange may take: waiting for room to send, then for the reply.
+    ///   - maxReplySize: the largest reply payload accepted; a larger reply fails the replier's send with
+    ///     ``PortError/tooLarge(size:limit:)``.
+    /// - Returns: the reply; its ``PortMessage/arrivalPort`` is the request's reply port.
+    /// - Throws: ``PortError/timedOut`` (no room, or no reply in time), ``PortError/invalidDestination``
+    ///   (the destination is destroyed), ``PortError/tooLarge(size:limit:)`` (request too large),
+    ///   ``PortError/invalidArgument(argument:reason:)`` (bad timeout or size).
+    public func request(id: Int32 = 0, bytes: [UInt8] = [], timeout: PortTimeout = .forever,
+                        maxReplySize: Int = PortReceiveRight.defaultMaxMessageSize) throws(PortError) -> PortMessage {
+        guard (1...PortReceiveRight.maxMessageSizeLimit).contains(maxReplySize) else {
+            throw .invalidArgument(argument: "maxReplySize",
+                                   reason: "\(maxReplySize) is outside 1…\(PortReceiveRight.maxMessageSizeLimit)")
+        }
+        let total = try timeout.nanoseconds()
+        let deadline = total > 0 ? monotonicNanoseconds().addingClamped(total) : 0
+        // One reply is expected: a queue of one holds it, and a second reply from a confused replier fails
+        // at its end instead of waiting here.
+        let replies = try PortReceiveRight(queueLimit: 1, maxMessageSize: maxReplySize)
+        try send(id: id, bytes: bytes, replyPort: replies.makeSendRight(), timeout: timeout)
+
+        let remaining: PortTimeout
+        switch total {
+        case 0: remaining = .poll
+        case PL_TIMEOUT_FOREVER: remaining = .forever
+        default: remaining = .after(.nanoseconds(max(0, deadline - monotonicNanoseconds())))
+        }
+        return try replies.receive(timeout: remaining, maxSize: maxReplySize)
+        // `replies` is destroyed here: a reply still on its way finds a dead name.
+    }
+}

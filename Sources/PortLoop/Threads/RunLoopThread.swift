@@ -1,0 +1,228 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import Synchronization
+
+/// A thread that keeps running its own run loop until stopped: the "permanent thread" of the seeds (线程保活),
+/// an `NSThread` whose loop holds an `NSMachPort` so that it never runs empty, with the work sent to it by
+/// `performSelector:onThread:withObject:waitUntilDone:`.
+///
+/// The thread runs the default mode; tasks run in the common modes, FIFO, between the loop's other work.
+/// Add your own sources, timers and observers to ``loop`` from any thread.
+///
+/// The thread does not keep this object alive: when the last reference goes, the loop is stopped and the
+/// thread joined (or, if that last reference went on the thread itself, left to finish on its own). The seeds'
+/// Objective-C version had to pass `weakSelf` into the thread's block for the same reason.
+///
+/// ```swift
+/// let worker = try RunLoopThread(name: "worker")
+/// try worker.execute { print("on", worker.name) }
+/// let sum = try worker.executeAndWait { 1 + 2 }   // 3, computed on the worker
+/// worker.stop()                                   // ends the loop and joins the thread
+/// ```
+public final class RunLoopThread: Sendable, CustomStringConvertible {
+    /// The thread's name, as given (the kernel keeps its first 15 bytes: `pthread_setname_np`).
+    public let name: String
+    /// The thread's run loop. Everything but running it is allowed from any thread.
+    public let loop: PortRunLoop
+    /// The state the thread shares with this object; the thread holds this, never the object.
+    let core: Core
+
+    /// Starts a thread (`[[NSThread alloc] initWithBlock:]`, `-start`, `pthread_setname_np`) whose loop holds a
+    /// port source so that it never runs empty, and returns once the loop is ready for tasks.
+    /// - Parameter name: the thread's name, shown by debuggers and `top -H`.
+    /// - Throws: ``PortError/systemCallFailed(errno:)`` if the thread cannot be created, or the port layer's
+    ///   error if the keep-alive port or the loop's port set cannot be.
+    public init(name: String = "RunLoopThread") throws(PortError) {
+        self.name = name
+        core = Core()
+        // Like the seeds' `[NSMachPort port]`: a port nobody sends to, only there to keep the mode non-empty.
+        let keepAlive = try RunLoopPortSource(queueLimit: 1, maxMessageSize: 1) { _ in nil }
+        let startup = Completion<Result<PortRunLoop, PortError>>()
+        let body = ThreadBody(name: name, core: core, keepAlive: keepAlive, startup: startup)
+        var handle = pthread_t()
+        let rc = pthread_create(&handle, nil, { context in
+            Unmanaged<ThreadBody>.fromOpaque(context!).takeRetainedValue().run()
+            return nil
+        }, Unmanaged.passRetained(body).toOpaque())
+        guard rc == 0 else {
+            Unmanaged.passUnretained(body).release() // the thread never took it
+            throw .systemCallFailed(errno: rc)
+        }
+        core.setHandle(handle)
+        // The body reports on every path and nothing abandons this completion, so wait() never gives nil.
+        guard let started = startup.wait() else { preconditionFailure("the loop thread ended without reporting") }
+        switch started {
+        case let .success(loop):
+            self.loop = loop
+        case let .failure(error):
+            core.join()
+            throw error
+        }
+    }
+
+    deinit {
+        core.requestStop(loop)
+        // The last reference may go inside a task on the thread itself, which cannot join itself.
+        if loop.isCurrent { core.detach() } else { core.join() }
+    }
+
+    /// Runs a task on the thread, asynchronously
+    /// (`performSelector:onThread:withObject:waitUntilDone:NO`, as the seeds' `executeTask:`). Tasks run
+    /// FIFO in the loop's common modes; called on the thread itself, the task runs after the current one.
+    /// - Throws: ``RunLoopThreadError/stopped`` once ``stop()`` was called. A task queued while a stop from
+    ///   another thread takes effect may be dropped unrun.
+    public func execute(_ task: @escaping @Sendable () -> Void) throws(RunLoopThreadError<Never>) {
+        guard !core.isStopRequested else { throw .stopped }
+        do { try loop.performAndWakeUp(inModes: [.common], task) } catch { throw .stopped }
+    }
+
+    /// Runs a task on the thread and waits for it (`performSelector:onThread:withObject:waitUntilDone:YES`),
+    /// returning its value or rethrowing its error as ``RunLoopThreadError/failed(_:)``.
+    /// - Throws: ``RunLoopThreadError/calledOnLoopThread`` on the thread itself, where waiting would deadlock
+    ///   (nothing is queued); ``RunLoopThreadError/stopped`` if the thread was stopped before the task ran;
+    ///   ``RunLoopThreadError/failed(_:)`` with the task's error.
+    public func executeAndWait<Value: Sendable, Failure: Error>(
+        _ task: @escaping @Sendable () throws(Failure) -> Value
+    ) throws(RunLoopThreadError<Failure>) -> Value {
+        guard !loop.isCurrent else { throw .calledOnLoopThread }
+        guard !core.isStopRequested else { throw .stopped }
+        let outcome: Result<Value, Failure>?
+        do { outcome = try loop.performAndWait(inModes: [.common], task) } catch { throw .stopped }
+        switch outcome {
+        case let .success(value)?: return value
+        case let .failure(error)?: throw .failed(error)
+        case nil: throw .stopped // the thread exited with the task still queued
+        }
+    }
+
+    /// Ends the loop and joins the thread (the seeds' `stop`: `CFRunLoopStop` on the thread, then the thread
+    /// ends). Idempotent and safe from any thread. Tasks already queued run first; later ones are refused.
+    /// On the thread itself it cannot join: the loop ends once the current task and those queued before the
+    /// stop have run, and a later `stop()` from another thread, or the last release, joins the thread.
+    public func stop() {
+        core.requestStop(loop)
+        if !loop.isCurrent { core.join() }
+    }
+
+    /// Whether the calling thread is this thread (`[NSThread currentThread] == thread`).
+    public var isCurrent: Bool { loop.isCurrent }
+
+    /// Whether ``stop()`` was called (`-[NSThread isCancelled]`, here meaning "stopping or stopped").
+    public var isStopped: Bool { core.isStopRequested }
+
+    /// Whether the thread's loop has ended and its body returned (`-[NSThread isFinished]`).
+    public var isFinished: Bool { core.hasFinished }
+
+    public var description: String {
+        "RunLoopThread(\(name), thread \(loop.threadID), stopped: \(isStopped), finished: \(isFinished))"
+    }
+}
+
+extension RunLoopThread {
+    /// What the thread and the object share. The thread holds this (through ``ThreadBody``), so the object can
+    /// go away while the thread runs.
+    final class Core: @unchecked Sendable {
+        private let stopRequested = Atomic<Bool>(false)
+        /// Set on the thread by the stop block; the thread's outer loop ends on it. Tasks queued before the
+        /// stop precede that block (blocks run FIFO), so they have all run by then.
+        private let stopReached = Atomic<Bool>(false)
+        private let finished = Atomic<Bool>(false)
+        /// Guards `handle` and `joinState`; held across `pthread_join`, so that a second `stop()` returns only
+        /// once the thread is gone. The thread itself never takes it.
+        private let joinLock = PThreadLock()
+        private var handle = pthread_t()
+        private var joinState = JoinState.joinable
+
+        enum JoinState { case joinable, joined, detached }
+
+        var isStopRequested: Bool { stopRequested.load(ordering: .acquiring) }
+        var hasFinished: Bool { finished.load(ordering: .acquiring) }
+        var hasReachedStop: Bool { stopReached.load(ordering: .acquiring) }
+        func markFinished() { finished.store(true, ordering: .releasing) }
+
+        func setHandle(_ handle: pthread_t) { joinLock.withLock { self.handle = handle } }
+
+        /// Refuses further tasks, then queues the stop behind the tasks already queued. The stop travels as a
+        /// block rather than a direct `CFRunLoopStop`: a direct stop is lost when the loop is between two runs,
+        /// and it would overtake queued tasks, which the thread would then drop when it exits.
+        func requestStop(_ loop: PortRunLoop) {
+            guard !stopRequested.exchange(true, ordering: .acquiringAndReleasing) else { return }
+            // Throws only if the thread has exited already: then there is nothing to stop.
+            try? loop.performAndWakeUp(inModes: [.common]) { [self] in
+                stopReached.store(true, ordering: .releasing)
+                Core.stopRuns(of: loop)
+            }
+        }
+
+        /// Stops the innermost run. If a task is running the loop itself (a nested run), that nested run is the
+        /// one stopped, so the stop is queued again for the keep-alive run outside it, which picks it up at its
+        /// next block point once the task returns.
+        private static func stopRuns(of loop: PortRunLoop) {
+            loop.stop()
+            if loop.lock.withLock({ loop.runDepth }) > 1 {
+                try? loop.performAndWakeUp(inModes: [.common]) { stopRuns(of: loop) }
+            }
+        }
+
+        /// Waits for the thread to end (`pthread_join`), once; never on the thread itself.
+        func join() {
+            joinLock.withLock {
+                guard joinState == .joinable else { return }
+                pthread_join(handle, nil)
+                joinState = .joined
+            }
+        }
+
+        /// Lets the thread end on its own (`pthread_detach`); for the last release on the thread itself.
+        func detach() {
+            joinLock.withLock {
+                guard joinState == .joinable else { return }
+                pthread_detach(handle)
+                joinState = .detached
+            }
+        }
+    }
+
+    /// What runs on the new thread: name it, give its loop the keep-alive port, report the loop, run until
+    /// asked to stop.
+    final class ThreadBody {
+        let name: String
+        let core: Core
+        let keepAlive: RunLoopPortSource
+        let startup: Completion<Result<PortRunLoop, PortError>>
+
+        init(name: String, core: Core, keepAlive: RunLoopPortSource, startup: Completion<Result<PortRunLoop, PortError>>) {
+            self.name = name
+            self.core = core
+            self.keepAlive = keepAlive
+            self.startup = startup
+        }
+
+        func run() {
+            defer { core.markFinished() }
+            setCurrentThreadName(name)
+            let loop = PortRunLoop.current
+            do throws(RunLoopError) {
+                try loop.add(keepAlive, mode: .common)
+            } catch {
+                // A fresh loop and a fresh source: only the port layer can refuse (no descriptors, no memory).
+                if case let .portLayer(portError) = error {
+                    startup.finish(.failure(portError))
+                } else {
+                    startup.finish(.failure(.invalidArgument(argument: "keepAlive", reason: error.description)))
+                }
+                return
+            }
+            startup.finish(.success(loop))
+            while !core.hasReachedStop {
+                // `finished` would mean the keep-alive source is gone and the mode is empty; running again
+                // would spin, so end the thread instead. `stopped` from a task's own stop() just runs again:
+                // only RunLoopThread.stop() ends a permanent thread.
+                if loop.run(mode: .default) == .finished { break }
+            }
+        }
+    }
+}

@@ -1,0 +1,60 @@
+@testable import PortLoop
+import Testing
+
+/// Bad input to cross-thread performs and loop threads: typed errors, nothing run, nothing lost.
+@Suite("Cross-thread bad input")
+struct ThreadsBadInputTests {
+    @Test("a negative delay or no modes is refused with invalidArgument, and nothing is scheduled")
+    func badDelayAndModes() throws {
+        withIdleLoop { loop in
+            #expect(throws: RunLoopError.invalidArgument(argument: "delay", reason: "negative: -0.001 seconds")) {
+                try loop.perform(afterDelay: .milliseconds(-1)) {}
+            }
+            #expect(throws: RunLoopError.invalidArgument(argument: "modes", reason: "no mode to run the block in")) {
+                try loop.perform(afterDelay: .milliseconds(1), inModes: []) {}
+            }
+            #expect(loop.pendingPerformRequestCount == 0)
+            #expect(loop.nextTimerFireDate(in: .default) == nil)
+        }
+    }
+
+    @Test("performs on the loop of a thread that has exited throw threadExited")
+    func exitedThreadLoop() throws {
+        let exited = TestLoopThread(body: { _ in [] })
+        _ = exited.join()
+        let loop = exited.loop
+        #expect(throws: RunLoopError.threadExited) { try loop.perform(waitUntilDone: false) {} }
+        #expect(throws: RunLoopError.threadExited) { try loop.perform(inModes: [.default], waitUntilDone: true) {} }
+        #expect(throws: RunLoopError.threadExited) { try loop.perform(afterDelay: .milliseconds(10)) {} }
+        #expect(loop.pendingPerformRequestCount == 0)
+        #expect(loop.cancelPerformRequests() == 0)
+    }
+
+    @Test("a thread that exits with delayed performs pending drops them; their tokens cancel nothing")
+    func exitWithPendingDelayedPerforms() throws {
+        let ran = Locked(false)
+        let request = Locked<PerformRequest?>(nil)
+        let worker = TestLoopThread(setUp: { loop in
+            let pending = try loop.perform(afterDelay: .seconds(60)) { ran.withLock { $0 = true } }
+            request.withLock { $0 = pending }
+        }, body: { _ in [] })
+        _ = worker.join()
+        #expect(worker.loop.pendingPerformRequestCount == 0)
+        let token = try #require(request.current)
+        #expect(!token.isPending)
+        #expect(!token.cancel())
+        #expect(!ran.current)
+    }
+
+    @Test("a stopped loop thread refuses tasks with a typed error")
+    func stoppedLoopThread() throws {
+        let thread = try RunLoopThread()
+        thread.stop()
+        #expect(throws: RunLoopThreadError<Never>.stopped) { try thread.execute {} }
+        #expect(throws: RunLoopThreadError<TaskFailure>.stopped) {
+            try thread.executeAndWait { () throws(TaskFailure) -> Int in 1 }
+        }
+        #expect(throws: RunLoopError.threadExited) { try thread.loop.perform(waitUntilDone: true) {} }
+        #expect(throws: RunLoopError.threadExited) { try thread.loop.perform(afterDelay: .zero) {} }
+    }
+}
