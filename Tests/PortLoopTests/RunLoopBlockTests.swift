@@ -61,12 +61,15 @@ struct RunLoopBlockTests {
 
     @Test("1,000 threads each create a loop with a port source and exit: loops and ports are torn down")
     func manyThreadsTearDown() throws {
-        let before = LoopRegistry.count
+        // The registry is shared with tests running in parallel, so its count proves nothing; this test's own
+        // loops being freed proves the registry let them go.
+        let loops = Locked([WeakLoop]())
         let senders = Locked([PortSendRight]())
         for _ in 0..<250 {
             let threads = (0..<4).map { _ in
                 TestThread {
                     let loop = PortRunLoop.current
+                    loops.withLock { $0.append(WeakLoop(loop)) }
                     let source = try! RunLoopPortSource { _ in nil }
                     let sender = source.makeSendRight()
                     try! loop.add(source, mode: .default)
@@ -78,9 +81,16 @@ struct RunLoopBlockTests {
             }
             threads.forEach { $0.join() }
         }
-        #expect(LoopRegistry.count == before)
+        #expect(loops.current.count == 1000)
+        #expect(loops.current.allSatisfy { $0.loop == nil }, "every loop left the registry and was freed")
         let all = senders.current
         #expect(all.count == 1000)
         #expect(all.filter { !$0.isDeadName }.isEmpty, "every source's port was destroyed with its loop")
     }
+}
+
+/// A loop that a test watches without keeping it alive.
+final class WeakLoop: @unchecked Sendable {
+    weak var loop: PortRunLoop?
+    init(_ loop: PortRunLoop) { self.loop = loop }
 }
