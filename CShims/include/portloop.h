@@ -266,6 +266,10 @@ int32_t pl_thread_id(void);
 /** The process id, which is also the main thread's kernel id (getpid). */
 int32_t pl_process_id(void);
 
+/** Names the calling thread for debuggers, `top -H` and /proc/self/task/N/comm (pthread_setname_np); the
+ *  kernel keeps the first 15 bytes. */
+void pl_thread_set_name(const char *name);
+
 #ifdef __cplusplus
 }
 #endif
