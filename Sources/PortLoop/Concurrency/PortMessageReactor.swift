@@ -6,6 +6,9 @@ import Glibc
 import Musl
 #endif
 
+/// How a parked consumer is resumed: with its port's next message, or nil when its iteration ends.
+typealias MessageContinuation = CheckedContinuation<PortMessage?, Never>
+
 /// The one thread that waits for messages on behalf of every ``PortMessages`` consumer with nothing to read:
 /// PortLoop's counterpart of libdispatch's manager thread, which serves every Mach receive source on Darwin.
 ///
@@ -35,7 +38,7 @@ final class PortMessageReactor: @unchecked Sendable {
     /// A parked consumer: its port (a member of the session's set meanwhile) and its continuation.
     struct Waiter {
         let port: OpaquePointer
-        let continuation: UnsafeContinuation<PortMessage?, Never>
+        let continuation: MessageContinuation
     }
 
     /// What one waiting thread owns; released with the thread.
@@ -70,7 +73,7 @@ final class PortMessageReactor: @unchecked Sendable {
 
     /// Parks a consumer until its port receives. On failure (no descriptors or threads left) the
     /// continuation is resumed with nil at once, which ends the consumer's iteration.
-    func wait(for port: OpaquePointer, name: PortName, continuation: UnsafeContinuation<PortMessage?, Never>) {
+    func wait(for port: OpaquePointer, name: PortName, continuation: MessageContinuation) {
         lock.lock()
         precondition(waiters[name] == nil, "PortMessages: next() called from two tasks at once; iterate from one")
         var started: Session?
@@ -105,7 +108,7 @@ final class PortMessageReactor: @unchecked Sendable {
     /// Takes a parked consumer out, returning its continuation for the caller to resume; nil if it is not
     /// parked (a message was handed to it meanwhile). Its port leaves the set before this returns, so the
     /// caller may destroy it.
-    func cancelWait(for name: PortName) -> UnsafeContinuation<PortMessage?, Never>? {
+    func cancelWait(for name: PortName) -> MessageContinuation? {
         let (waiter, idle) = lock.withLock { () -> (Waiter?, Session?) in
             guard let waiter = waiters.removeValue(forKey: name), let session else { return (nil, nil) }
             pl_port_set_extract(session.set.set, waiter.port)

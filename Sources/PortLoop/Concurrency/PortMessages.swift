@@ -94,8 +94,13 @@ public struct PortMessages: AsyncSequence, Sendable {
             case .finished: return nil
             case let .empty(pointer): port = pointer
             }
+            // A checked continuation, not an unsafe one: parking is the slow path (the port was empty), where
+            // misuse detection costs nothing that matters. It also keeps ThreadSanitizer quiet about a known
+            // false positive (swiftlang/swift#57803): when the waiting thread resumes the continuation before
+            // this task reaches its await, the runtime synchronises through an atomic TSan cannot see, and
+            // UnsafeContinuation.resume, inlined here, would be reported racing with the resumed task.
             let message = await withTaskCancellationHandler(operation: {
-                await withUnsafeContinuation(isolation: actor) { continuation in
+                await withCheckedContinuation(isolation: actor) { continuation in
                     park(port, continuation)
                 }
             }, onCancel: {
@@ -130,7 +135,7 @@ public struct PortMessages: AsyncSequence, Sendable {
         }
 
         /// Parks the consumer in the reactor, unless cancellation came first.
-        private func park(_ pointer: OpaquePointer, _ continuation: UnsafeContinuation<PortMessage?, Never>) {
+        private func park(_ pointer: OpaquePointer, _ continuation: MessageContinuation) {
             lock.lock()
             guard port != nil else {
                 lock.unlock()
@@ -144,7 +149,7 @@ public struct PortMessages: AsyncSequence, Sendable {
 
         /// The task was cancelled: end the iteration now, destroying the port, and resume a parked consumer.
         private func cancel() {
-            let parked = lock.withLock { () -> UnsafeContinuation<PortMessage?, Never>? in
+            let parked = lock.withLock { () -> MessageContinuation? in
                 guard port != nil else { return nil }
                 // Out of the reactor's set before the port goes, so the reactor never sees a freed port.
                 let parked = PortMessageReactor.shared.cancelWait(for: name)
