@@ -1,0 +1,196 @@
+import CPortLoop
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// How a parked consumer is resumed: with its port's next message, or nil when its iteration ends.
+typealias MessageContinuation = CheckedContinuation<PortMessage?, Never>
+
+/// The one thread that waits for messages on behalf of every ``PortMessages`` consumer with nothing to read:
+/// PortLoop's counterpart of libdispatch's manager thread, which serves every Mach receive source on Darwin.
+///
+/// Why a shared waiting thread, and not the alternatives:
+/// - A blocking receive inside `next()` would hold a thread of the cooperative pool (as many threads as
+///   cores) for as long as the port is quiet; a few quiet ports would stall every task in the process.
+/// - Receiving with short timeouts and checking for cancellation in between still holds pool threads, and
+///   makes an idle consumer cost a wake-up per slice.
+/// - A thread per sequence, or a run loop port source feeding an `AsyncStream`, works but costs a thread
+///   per port, and a buffering stream takes messages out of the port, so that senders no longer feel the
+///   queue limit.
+///
+/// Here a consumer takes queued messages directly, without any thread hop. Only when its port is empty does
+/// it register here: its port joins this thread's port set and its continuation is parked. The first
+/// message resumes it and takes the port out of the set again, so messages stay in the port's own bounded
+/// queue until the consumer asks for them (senders are held back by the queue limit, as in Mach) and a
+/// cancelled consumer can destroy its port at once. The thread and its port set exist only while someone
+/// waits, plus a short linger so that a busy consumer does not start a thread per message.
+final class PortMessageReactor: @unchecked Sendable {
+    /// The process's reactor.
+    static let shared = PortMessageReactor()
+    /// The waiting thread's name, as `/proc/self/task/*/comm` shows it.
+    static let threadName = "portloop.ports"
+    /// How long the thread stays after its last waiter has gone.
+    static let idleLinger: Duration = .milliseconds(500)
+
+    /// A parked consumer: its port (a member of the session's set meanwhile) and its continuation.
+    struct Waiter {
+        let port: OpaquePointer
+        let continuation: MessageContinuation
+    }
+
+    /// What one waiting thread owns; released with the thread.
+    final class Session: @unchecked Sendable {
+        let set: PortSet
+        let wakeUpPort: PortReceiveRight
+        let wakeUpName: PortName
+        let wakeUpSender: PortSendRight
+
+        init() throws(PortError) {
+            set = try PortSet()
+            // Queue limit 1: wake-ups coalesce, as the run loop's do.
+            let port = try PortReceiveRight(queueLimit: 1, maxMessageSize: 1)
+            try set.insert(port)
+            wakeUpName = port.name
+            wakeUpSender = port.makeSendRight()
+            wakeUpPort = port
+        }
+
+        func wakeUp() { try? wakeUpSender.send(timeout: .poll) }
+    }
+
+    private let lock = PThreadLock()
+    /// Guarded by `lock`, as is `session`. Every waiter's port is a member of the session's set.
+    private var waiters: [PortName: Waiter] = [:]
+    private var session: Session?
+    /// Waiting threads alive now, for tests of teardown.
+    let runningThreads = Atomic<Int>(0)
+
+    /// How many consumers are parked now.
+    var waiterCount: Int { lock.withLock { waiters.count } }
+
+    /// Parks a consumer until its port receives. On failure (no descriptors or threads left) the
+    /// continuation is resumed with nil at once, which ends the consumer's iteration.
+    func wait(for port: OpaquePointer, name: PortName, continuation: MessageContinuation) {
+        lock.lock()
+        precondition(waiters[name] == nil, "PortMessages: next() called from two tasks at once; iterate from one")
+        var started: Session?
+        let session: Session
+        if let current = self.session {
+            session = current
+        } else {
+            do throws(PortError) {
+                session = try Session()
+            } catch {
+                lock.unlock()
+                PortRunLoop.logError("PortMessages: cannot create the waiting port set: \(error)")
+                continuation.resume(returning: nil)
+                return
+            }
+            self.session = session
+            started = session
+        }
+        let status = pl_port_set_insert(session.set.set, port)
+        guard status == PL_OK else {
+            if started != nil { self.session = nil }
+            lock.unlock()
+            PortRunLoop.logError("PortMessages: cannot wait on \(name): \(PortError.Code(status))")
+            continuation.resume(returning: nil)
+            return
+        }
+        waiters[name] = Waiter(port: port, continuation: continuation)
+        lock.unlock()
+        if let started { startThread(started) }
+    }
+
+    /// Takes a parked consumer out, returning its continuation for the caller to resume; nil if it is not
+    /// parked (a message was handed to it meanwhile). Its port leaves the set before this returns, so the
+    /// caller may destroy it.
+    func cancelWait(for name: PortName) -> MessageContinuation? {
+        let (waiter, idle) = lock.withLock { () -> (Waiter?, Session?) in
+            guard let waiter = waiters.removeValue(forKey: name), let session else { return (nil, nil) }
+            pl_port_set_extract(session.set.set, waiter.port)
+            return (waiter, waiters.isEmpty ? session : nil)
+        }
+        // A thread waiting forever for nobody must notice, so that it lingers and ends.
+        idle?.wakeUp()
+        return waiter?.continuation
+    }
+
+    // MARK: - The waiting thread
+
+    private func startThread(_ session: Session) {
+        final class Context {
+            let reactor: PortMessageReactor
+            let session: Session
+            init(_ reactor: PortMessageReactor, _ session: Session) { self.reactor = reactor; self.session = session }
+        }
+        let context = Unmanaged.passRetained(Context(self, session)).toOpaque()
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        var thread = pthread_t()
+        runningThreads.add(1, ordering: .relaxed)
+        let rc = pthread_create(&thread, &attributes, { raw in
+            let context = Unmanaged<Context>.fromOpaque(raw!).takeRetainedValue()
+            pl_thread_set_name(PortMessageReactor.threadName)
+            context.reactor.serve(context.session)
+            context.reactor.runningThreads.subtract(1, ordering: .relaxed)
+            return nil
+        }, context)
+        pthread_attr_destroy(&attributes)
+        guard rc != 0 else { return }
+
+        // No thread: nobody will ever resume the waiters, so end their iterations now.
+        runningThreads.subtract(1, ordering: .relaxed)
+        Unmanaged<Context>.fromOpaque(context).release()
+        PortRunLoop.logError("PortMessages: cannot start the waiting thread: errno \(rc)")
+        let stranded = lock.withLock { () -> [Waiter] in
+            guard self.session === session else { return [] }
+            let stranded = Array(waiters.values)
+            for waiter in stranded { pl_port_set_extract(session.set.set, waiter.port) }
+            waiters.removeAll()
+            self.session = nil
+            return stranded
+        }
+        for waiter in stranded { waiter.continuation.resume(returning: nil) }
+    }
+
+    /// The thread's body: hands each message to its port's waiter until nobody has waited for a while.
+    private func serve(_ session: Session) {
+        let linger = PortTimeout.after(Self.idleLinger)
+        while true {
+            let timeout = lock.withLock { waiters.isEmpty ? linger : .forever }
+            let event: PortSetEvent
+            do throws(PortError) {
+                event = try session.set.receive(timeout: timeout)
+            } catch .timedOut {
+                let done = lock.withLock { () -> Bool in
+                    guard waiters.isEmpty else { return false }
+                    self.session = nil // the next waiter starts a new thread with a new set
+                    return true
+                }
+                if done { return }
+                continue
+            } catch {
+                // The set is never destroyed while this thread runs, so only resource exhaustion gets here;
+                // back off instead of spinning on it.
+                PortRunLoop.logError("PortMessages: receive failed: \(error)")
+                usleep(10_000)
+                continue
+            }
+            guard case let .message(message) = event, message.arrivalPort != session.wakeUpName else { continue }
+            let waiter = lock.withLock { () -> Waiter? in
+                guard let waiter = waiters.removeValue(forKey: message.arrivalPort) else { return nil }
+                // Until its consumer asks again, the port keeps its messages to itself.
+                pl_port_set_extract(session.set.set, waiter.port)
+                return waiter
+            }
+            // No waiter: it was cancelled after this message was taken, and its port is being destroyed; the
+            // message goes the way of the port's other queued messages.
+            waiter?.continuation.resume(returning: message)
+        }
+    }
+}
