@@ -35,7 +35,7 @@ extension PortRunLoop {
             }
             state.holdsMainQueue = member
         } catch {
-            Self.logError("main queue handle \(mainQueueHandle) could not join the port set: \(error)")
+            logError("main queue handle \(mainQueueHandle) could not join the port set: \(error)")
         }
         return previous
     }

@@ -26,11 +26,11 @@ extension PortRunLoop {
     public func run(mode: Mode = .default, timeout: Duration? = nil,
                     returnAfterSourceHandled: Bool = false) -> RunResult {
         guard isCurrent else {
-            Self.logError("run(mode:) called on a thread that does not own the loop; returning finished")
+            logError("run(mode:) called on a thread that does not own the loop; returning finished")
             return .finished
         }
         if mode == .common {
-            Self.logError("attempt to run a run loop in the common-modes marker; returning finished")
+            logError("attempt to run a run loop in the common-modes marker; returning finished")
             return .finished
         }
         lock.lock()
@@ -168,7 +168,7 @@ extension PortRunLoop {
             do throws(PortError) {
                 try replyPort.send(id: reply.id, bytes: reply.bytes, timeout: .poll)
             } catch {
-                Self.logError("reply to \(replyPort.name) dropped: \(error)")
+                logError("reply to \(replyPort.name) dropped: \(error)")
             }
         }
         return true

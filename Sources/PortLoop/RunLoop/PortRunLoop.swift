@@ -84,6 +84,15 @@ public final class PortRunLoop: @unchecked Sendable {
         logger.error(message)
     }
 
+    /// Errors this loop logged about its own use; lets tests count without other tests' logs interfering.
+    let errorsLogged = Atomic<Int>(0)
+
+    /// Logs an error about this loop.
+    func logError(_ message: Logger.Message) {
+        errorsLogged.add(1, ordering: .relaxed)
+        Self.logError(message)
+    }
+
     // MARK: - Stop, wake up, state
 
     /// Ends the innermost run of the loop, from any thread (`CFRunLoopStop`). On a loop that is not running
