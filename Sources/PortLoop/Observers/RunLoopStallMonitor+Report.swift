@@ -37,6 +37,7 @@ extension RunLoopStallMonitor {
             return Double(seconds) * 1e3 + Double(attoseconds) / 1e15
         }
 
+        /// One line for logs: mode, duration in milliseconds, threshold and stage.
         public var description: String {
             let ms = (milliseconds * 10).rounded() / 10
             return "pass in mode \(mode.rawValue) running for \(ms) ms (threshold \(threshold)), last stage \(stage)"

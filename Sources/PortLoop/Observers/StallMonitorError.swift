@@ -5,6 +5,7 @@ public enum StallMonitorError: Error, Hashable, Sendable, CustomStringConvertibl
     /// The watchdog thread could not be created (`pthread_create` failed with this error number).
     case watchdogThread(errno: Int32)
 
+    /// What failed, in words.
     public var description: String {
         switch self {
         case let .runLoop(error): "the run loop refused the monitor's observers: \(error)"
