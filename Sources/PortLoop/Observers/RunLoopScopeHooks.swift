@@ -1,3 +1,5 @@
+import Synchronization
+
 /// Per-pass setup and teardown around a run loop's work, as CF brackets the main thread's passes with
 /// autorelease pools (the seeds' `_wrapRunLoopWithAutoreleasePoolHandler` observers).
 ///
@@ -27,14 +29,21 @@ public final class RunLoopScopeHooks<Scope>: @unchecked Sendable {
         let setUp: @Sendable () -> Scope
         let tearDown: @Sendable (Scope) -> Void
         private var open: [Scope] = []
+        /// Cleared by `invalidate()` before the observers go, from any thread. The two observers cannot be
+        /// removed at once, and removing the first wakes a sleeping loop, which may pass through the other
+        /// meanwhile: it must close but no longer open.
+        let opening = Atomic<Bool>(true)
 
         init(setUp: @escaping @Sendable () -> Scope, tearDown: @escaping @Sendable (Scope) -> Void) {
             self.setUp = setUp
             self.tearDown = tearDown
         }
 
-        /// Entry: a new run opens its scope.
-        func push() { open.append(setUp()) }
+        /// Opens a scope, unless the hooks are being invalidated.
+        func push() {
+            guard opening.load(ordering: .acquiring) else { return }
+            open.append(setUp())
+        }
 
         /// Closes the innermost scope, if any. The scope leaves the stack before `tearDown` runs, so a
         /// teardown that invalidates the hooks does not close it twice.
@@ -73,12 +82,12 @@ public final class RunLoopScopeHooks<Scope>: @unchecked Sendable {
         let scopes = Scopes(setUp: setUp, tearDown: tearDown)
         self.scopes = scopes
         opener = RunLoopObserver(activities: .entry, order: .min) { _, _ in scopes.push() }
-        closer = RunLoopObserver(activities: [.beforeWaiting, .exit], order: .max) { closer, activity in
+        closer = RunLoopObserver(activities: [.beforeWaiting, .exit], order: .max) { _, activity in
             scopes.pop()
             // Before sleeping: pop and push. A scope opened here spans the sleep and the next pass, as CF's
-            // pool does; when the hooks were added mid-run, this is where the first scope opens. Unless the
-            // teardown just invalidated the hooks: nothing would close that scope.
-            if activity == .beforeWaiting && closer.isValid { scopes.push() }
+            // pool does; when the hooks were added mid-run, this is where the first scope opens. (Not if the
+            // teardown just invalidated the hooks: `push` checks.)
+            if activity == .beforeWaiting { scopes.push() }
         }
         do throws(RunLoopError) {
             for mode in modes {
@@ -86,6 +95,7 @@ public final class RunLoopScopeHooks<Scope>: @unchecked Sendable {
                 try loop.add(closer, mode: mode)
             }
         } catch {
+            scopes.opening.store(false, ordering: .releasing) // nothing for deinit to undo
             opener.invalidate()
             closer.invalidate()
             throw error
@@ -98,7 +108,7 @@ public final class RunLoopScopeHooks<Scope>: @unchecked Sendable {
     /// (innermost first, including those of outer runs that are still going), otherwise by a block queued for
     /// the hooks' modes at the loop's next block point. Calling it again does nothing.
     public func invalidate() {
-        guard opener.isValid || closer.isValid else { return }
+        guard scopes.opening.exchange(false, ordering: .acquiringAndReleasing) else { return }
         opener.invalidate()
         closer.invalidate()
         if loop.isCurrent {
@@ -111,7 +121,7 @@ public final class RunLoopScopeHooks<Scope>: @unchecked Sendable {
     }
 
     /// Whether the hooks are installed.
-    public var isValid: Bool { opener.isValid }
+    public var isValid: Bool { scopes.opening.load(ordering: .acquiring) }
 
     /// How many scopes are open; meaningful on the loop's thread only.
     var openScopeCount: Int { scopes.count }
