@@ -23,7 +23,7 @@ final class WatchdogThread: @unchecked Sendable {
     /// - Throws: the `pthread_create` error number when the thread cannot be created.
     init(name: String, _ body: @escaping @Sendable () -> Void) throws(StallMonitorError) {
         let context = Unmanaged.passRetained(Body {
-            Self.nameCallingThread(name)
+            setCurrentThreadName(name)
             body()
         }).toOpaque()
         let rc = pthread_create(&handle, nil, { context in
@@ -34,16 +34,6 @@ final class WatchdogThread: @unchecked Sendable {
             Unmanaged<Body>.fromOpaque(context).release()
             throw .watchdogThread(errno: rc)
         }
-    }
-
-    /// Names the calling thread. Glibc's module map leaves out `pthread_setname_np` (a `_GNU_SOURCE`
-    /// extension) and Swift cannot call the variadic `prctl`; this file is the kernel interface both use.
-    private static func nameCallingThread(_ name: String) {
-        let fd = open("/proc/thread-self/comm", O_WRONLY)
-        guard fd >= 0 else { return } // no /proc: the thread just stays unnamed
-        defer { close(fd) }
-        let bytes = Array(name.utf8.prefix(15))
-        _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
     }
 
     /// Whether the calling thread is this one.

@@ -120,7 +120,8 @@ extension PortRunLoop {
             var wake = false
             let cancelled = modes.compactMap { name, state -> (RunLoopSource, Mode)? in
                 guard selected(name), removeLocked(item, from: state) else { return nil }
-                wake = wake || sleepingMode === state
+                // Observers change neither whether a mode is empty nor how long it sleeps.
+                if case .observer = item {} else { wake = wake || sleepingMode === state }
                 if case let .source(source) = item { return (source, name) }
                 return nil
             }
