@@ -305,7 +305,10 @@ pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, s
     } else {
         status = pl_port_dequeue_locked(port, out, buffer, capacity);
     }
-    bool wake_receiver = status == PL_OK && port->count > 0 && port->waiting_receivers > 0;
+    /* Pass the baton: a message is still queued (more of them, or one too large for this receiver, which
+     * leaves without it) and another receiver sleeps. */
+    bool left_work = (status == PL_OK || status == PL_ERR_TOO_LARGE) && port->count > 0;
+    bool wake_receiver = left_work && port->waiting_receivers > 0;
     bool wake_sender = status == PL_OK && port->waiting_senders > 0;
     pthread_mutex_unlock(&port->lock);
 

@@ -474,7 +474,7 @@ static pl_status_t pl_take_from_ready_port(pl_port_set_t *set, pl_received_t *ou
             /* Round-robin: a port with more goes to the back; a too-large message stays first. */
             pl_port_set_mark_ready_locked(again, status == PL_ERR_TOO_LARGE, &wakes);
         }
-        wake_receiver = status == PL_OK && port->count > 0 && port->waiting_receivers > 0;
+        wake_receiver = port->count > 0 && port->waiting_receivers > 0; /* also after a too-large leave */
         wake_sender = status == PL_OK && port->waiting_senders > 0;
     }
     pthread_mutex_unlock(&port->lock);

@@ -105,6 +105,9 @@ pl_status_t pl_port_create(uint32_t qlimit, uint32_t max_msg_size, pl_port_t **o
  * every set, queued messages are destroyed and their reply rights released, blocked receivers wake with
  * PL_ERR_PORT_DIED, blocked and later senders get PL_ERR_INVALID_DEST. The caller's receive right is gone
  * afterwards, even on error; PL_ERR_INVALID_NAME if it had been destroyed already.
+ * A thread blocked in pl_port_receive on this port must hold a reference of its own (a send right) for the
+ * port's memory to outlive the call: the receive right's reference goes here. The Swift API cannot get
+ * this wrong: its receive right is ~Copyable, so nobody can destroy it while another thread receives.
  */
 pl_status_t pl_port_destroy(pl_port_t *port);
 

@@ -113,6 +113,36 @@ struct PortDestroyTests {
         pl_port_release_send(port)
     }
 
+    @Test("C layer: a receiver whose buffer is too small passes the message on to another waiting receiver")
+    func cTooLargePassesTheBaton() throws {
+        var raw: OpaquePointer?
+        #expect(pl_port_create(5, 1024, &raw) == PL_OK)
+        let box = UncheckedPort(try #require(raw))
+        pl_port_make_send(box.port) // the receivers' reference outlives the destroy below
+        let small = Locked(PL_OK), large = Locked(PL_OK)
+        let smallReceiver = TestThread {
+            var header = pl_received_t()
+            var buffer = [UInt8](repeating: 0, count: 10)
+            let status = pl_port_receive(box.port, &header, &buffer, buffer.count, PL_TIMEOUT_FOREVER)
+            small.withLock { $0 = status }
+        }
+        let largeReceiver = TestThread {
+            var header = pl_received_t()
+            var buffer = [UInt8](repeating: 0, count: 200)
+            let status = pl_port_receive(box.port, &header, &buffer, buffer.count, 5_000_000_000)
+            large.withLock { $0 = status }
+        }
+        sleepMilliseconds(50)
+        let payload = [UInt8](repeating: 7, count: 100)
+        #expect(pl_port_send(box.port, 1, payload, payload.count, nil, 0) == PL_OK)
+        largeReceiver.join()
+        #expect(large.current == PL_OK, "the large receiver got the message")
+        pl_port_destroy(box.port)
+        smallReceiver.join()
+        #expect([PL_ERR_TOO_LARGE, PL_ERR_PORT_DIED].contains(small.current))
+        pl_port_release_send(box.port)
+    }
+
     @Test("C layer: three receivers on one port get every message exactly once")
     func cThreeReceiversOnAPort() throws {
         var raw: OpaquePointer?
