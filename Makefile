@@ -1,0 +1,103 @@
+# PortLoop — two commands: `make demo` and `make test`. See README.md.
+#
+# Targets
+#   deps         install libevent-dev and pkg-config with apt-get when missing (sudo when not root)
+#   build        debug build of the package
+#   test         deps, the whole suite, the suite again under ThreadSanitizer, leakcheck, and a release
+#                build of the Benchmarks package (built, not run, so that it cannot rot)
+#   demo         two threads exchanging messages over ports (release build)
+#   bench        the benchmarks, full runs (release build); bench-quick: fewer iterations
+#   leakcheck    the C send/receive/destroy stress program under AddressSanitizer + LeakSanitizer + UBSan,
+#                then under valgrind when it is installed (stress-valgrind)
+#   clean        remove every build directory
+#
+# Every recipe line is a separate command; make stops at the first one that fails, so `make test` exits
+# non-zero on any failure.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := build
+
+SWIFT        ?= swift
+# gcc when installed, else the clang that ships with the Swift toolchain (it has the sanitizer runtimes).
+CC_STRESS    ?= $(shell command -v gcc >/dev/null 2>&1 && echo gcc || echo clang)
+SCRATCH      ?= .build
+TSAN_SCRATCH ?= .build-tsan
+BENCH_SCRATCH ?= Benchmarks/.build-bench
+STRESS_DIR   ?= .build-stress
+
+# libevent for the C stress program: the same libraries the package links (SPEC §8).
+LIBEVENT_CFLAGS = $(shell pkg-config --cflags libevent_core libevent_pthreads 2>/dev/null)
+LIBEVENT_LIBS   = $(shell pkg-config --libs libevent_core libevent_pthreads 2>/dev/null)
+# CShims/pl_main_queue.c calls libdispatch's main-queue hooks (SPEC §4): link the toolchain's libdispatch.
+SWIFT_RUNTIME_DIR = $(shell d=$$(dirname "$$(readlink -f "$$(command -v $(SWIFT))")")/../lib/swift/linux; \
+                      [ -d "$$d" ] && cd "$$d" && pwd)
+comma := ,
+DISPATCH_LIBS   = $(if $(SWIFT_RUNTIME_DIR),-L$(SWIFT_RUNTIME_DIR) -Wl$(comma)-rpath$(comma)$(SWIFT_RUNTIME_DIR) -ldispatch)
+STRESS_SOURCES  = Tests/CStress/pl_stress.c $(wildcard CShims/*.c)
+STRESS_CFLAGS   = -std=gnu11 -O1 -g -Wall -Wextra -pthread -ICShims/include -ICShims $(LIBEVENT_CFLAGS)
+STRESS_LIBS     = $(LIBEVENT_LIBS) $(DISPATCH_LIBS)
+SANITIZE        = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+
+.PHONY: all deps build test leakcheck stress-valgrind bench-build bench bench-quick demo clean
+
+all: build
+
+# Quiet and idempotent when libevent and pkg-config are already there.
+deps:
+	@if command -v pkg-config >/dev/null 2>&1 && pkg-config --exists libevent_core libevent_pthreads; then \
+	    exit 0; \
+	fi; \
+	echo "deps: installing libevent-dev and pkg-config"; \
+	if [ "$$(id -u)" -eq 0 ]; then SUDO=""; \
+	elif command -v sudo >/dev/null 2>&1; then SUDO="sudo"; \
+	else echo "deps: not root and no sudo: install libevent-dev and pkg-config yourself" >&2; exit 1; fi; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libevent-dev pkg-config; \
+	pkg-config --exists libevent_core libevent_pthreads
+
+build: deps
+	$(SWIFT) build --scratch-path $(SCRATCH)
+
+test: deps
+	$(SWIFT) test --scratch-path $(SCRATCH)
+	$(SWIFT) test --sanitize=thread --scratch-path $(TSAN_SCRATCH)
+	$(MAKE) --no-print-directory leakcheck
+	$(MAKE) --no-print-directory bench-build
+	@echo "make test: all passed"
+
+leakcheck: deps
+	@mkdir -p $(STRESS_DIR)
+	$(CC_STRESS) $(STRESS_CFLAGS) $(SANITIZE) -o $(STRESS_DIR)/pl_stress_asan $(STRESS_SOURCES) $(STRESS_LIBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=23 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    $(STRESS_DIR)/pl_stress_asan
+	@if command -v valgrind >/dev/null 2>&1; then \
+	    $(MAKE) --no-print-directory stress-valgrind; \
+	else \
+	    echo "leakcheck: valgrind not installed; skipping the valgrind run (ASan/LSan run passed)"; \
+	fi
+
+# The same program without sanitizers, under valgrind's leak checker (about 6 s). `leakcheck` runs it
+# when valgrind is installed; `make deps` does not install valgrind. DWARF 4: valgrind cannot read the
+# DWARF 5 that newer clangs write.
+stress-valgrind: deps
+	@mkdir -p $(STRESS_DIR)
+	$(CC_STRESS) $(STRESS_CFLAGS) -gdwarf-4 -o $(STRESS_DIR)/pl_stress $(STRESS_SOURCES) $(STRESS_LIBS)
+	valgrind -q --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible \
+	    --error-exitcode=1 $(STRESS_DIR)/pl_stress
+
+bench-build: deps
+	$(SWIFT) build -c release --package-path Benchmarks --scratch-path $(BENCH_SCRATCH)
+
+bench: bench-build
+	$(BENCH_SCRATCH)/release/portloop-bench
+
+bench-quick: bench-build
+	$(BENCH_SCRATCH)/release/portloop-bench --quick
+
+demo: deps
+	$(SWIFT) run --scratch-path $(SCRATCH) -c release portloop-demo
+
+clean:
+	rm -rf .build .build-* $(TSAN_SCRATCH) $(STRESS_DIR) Benchmarks/.build Benchmarks/.build-*

@@ -1,0 +1,817 @@
+/*
+ * pl_stress.c — send/receive/destroy stress for the C port layer, run under AddressSanitizer,
+ * LeakSanitizer and UBSan by `make leakcheck` (and by hand under valgrind: `make stress-valgrind`).
+ *
+ * Each scenario is one check. It passes when no CHECK in it failed; leaks and memory errors are caught by
+ * the sanitizer (which makes the process exit non-zero) rather than by the checks. Scenarios:
+ *
+ *   queued_reply_rights      ports destroyed with messages still queued that carry reply rights (some to
+ *                            the port itself); the too-large rule; reply counts return to zero
+ *   destroy_under_traffic    a port destroyed while receivers block on it and senders block on its full
+ *                            queue: receivers get port-died, senders invalid-destination
+ *   set_members_destroyed    ports inserted into a set, filled, extracted and destroyed while receivers
+ *                            block on the set with timeouts
+ *   ports_in_two_sets        every port in two sets, three receivers: exactly-once delivery; then the
+ *                            ports and the sets are destroyed under blocked receivers
+ *   descriptor_members       a pipe inserted into and extracted from a set while a receiver waits on it;
+ *                            sets destroyed or released with the descriptor still a member
+ *   send_rights_elsewhere    send rights made on one thread, used and released on others, the receive
+ *                            right destroyed before, during or after
+ *   set_last_release         a set's last reference dropped by another thread, with members, queued
+ *                            messages and a descriptor still in it
+ *   too_large_race           direct and set receivers with small and large buffers racing for large
+ *                            messages: exactly-once, too-large leaves the message queued
+ *
+ * Payloads are small (inline, <= 48 bytes) and large (heap) and carry a pattern derived from the message
+ * id, checked on receipt.
+ *
+ * Contract used throughout (see portloop.h, "Object lifetime"): a thread that may still be inside a call on
+ * a port or set when another thread destroys it holds its own reference (a send right, or a set retain).
+ *
+ * Usage: pl_stress [-v]     -v prints one line per scenario with its time.
+ * Prints "stress: N passed, M failed" and exits 1 if any check failed.
+ */
+#define _GNU_SOURCE
+#include "portloop.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- checks ------------------------------------------------------------------------------------ */
+
+static const char *current_scenario = "";
+static atomic_int scenario_failures;
+
+/* Records a failed check; status is a pl_status_t, or -1 when there is none to show. */
+static void fail_at(int line, const char *what, int status) {
+    int n = atomic_fetch_add(&scenario_failures, 1);
+    if (n < 10) {
+        if (status >= 0) {
+            fprintf(stderr, "FAIL %s (line %d): %s [status: %s]\n", current_scenario, line, what,
+                    pl_status_describe((pl_status_t)status));
+        } else {
+            fprintf(stderr, "FAIL %s (line %d): %s\n", current_scenario, line, what);
+        }
+    }
+}
+
+#define CHECK(cond) do { if (!(cond)) fail_at(__LINE__, #cond, -1); } while (0)
+#define CHECK_STATUS(expr, expected) do { \
+        pl_status_t check_status_ = (expr); \
+        if (check_status_ != (expected)) fail_at(__LINE__, #expr " == " #expected, (int)check_status_); \
+    } while (0)
+#define CHECK_OK(expr) CHECK_STATUS(expr, PL_OK)
+
+/* ---- helpers ----------------------------------------------------------------------------------- */
+
+#define MS ((int64_t)1000000)
+#define BIG_BUFFER 8192
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void sleep_us(unsigned us) {
+    struct timespec ts = { .tv_sec = us / 1000000u, .tv_nsec = (long)(us % 1000000u) * 1000L };
+    nanosleep(&ts, NULL);
+}
+
+static uint32_t rnd(uint64_t *state) { /* xorshift64 */
+    uint64_t x = *state;
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+    *state = x;
+    return (uint32_t)(x >> 32);
+}
+
+static void start_thread(pthread_t *thread, void *(*body)(void *), void *arg) {
+    int rc = pthread_create(thread, NULL, body, arg);
+    if (rc != 0) { fprintf(stderr, "pthread_create: %s\n", strerror(rc)); exit(2); }
+}
+
+/* Payload sizes by id: inline ones (<= 48 bytes) and heap ones. */
+static const uint32_t payload_sizes[] = { 0, 1, 8, 47, 48, 49, 200, 1000, 4096 };
+#define SIZE_KINDS (sizeof payload_sizes / sizeof payload_sizes[0])
+
+static uint32_t size_for(int32_t id) { return payload_sizes[(uint32_t)id % SIZE_KINDS]; }
+
+static unsigned char pattern(int32_t id, uint32_t i) { return (unsigned char)((uint32_t)id * 31u + i * 7u + 1u); }
+
+static pl_status_t send_msg(pl_port_t *port, int32_t id, pl_port_t *reply, int64_t timeout_ns) {
+    unsigned char buffer[4096];
+    uint32_t size = size_for(id);
+    for (uint32_t i = 0; i < size; i++) buffer[i] = pattern(id, i);
+    return pl_port_send(port, id, size ? buffer : NULL, size, reply, timeout_ns);
+}
+
+/* Whether a received message has the size and bytes its id promises. */
+static bool message_intact(const pl_received_t *header, const unsigned char *buffer) {
+    if (header->kind != PL_RECEIVED_MESSAGE || header->id < 0) return false;
+    if (header->size != size_for(header->id)) return false;
+    for (uint32_t i = 0; i < header->size; i++) {
+        if (buffer[i] != pattern(header->id, i)) return false;
+    }
+    return true;
+}
+
+static void release_reply(pl_received_t *header) {
+    if (header->reply != NULL) {
+        pl_port_release_send(header->reply);
+        header->reply = NULL;
+    }
+}
+
+static pl_port_t *new_port(uint32_t qlimit) {
+    pl_port_t *port = NULL;
+    pl_status_t status = pl_port_create(qlimit, BIG_BUFFER, &port);
+    if (status != PL_OK) { fprintf(stderr, "pl_port_create: %s\n", pl_status_describe(status)); exit(2); }
+    return port;
+}
+
+static pl_port_set_t *new_set(void) {
+    pl_port_set_t *set = NULL;
+    pl_status_t status = pl_port_set_create(&set);
+    if (status != PL_OK) { fprintf(stderr, "pl_port_set_create: %s\n", pl_status_describe(status)); exit(2); }
+    return set;
+}
+
+/* Waits until *counter reaches target or the deadline; returns whether it did. */
+static bool wait_for_count(atomic_uint *counter, unsigned target, int64_t timeout_ns) {
+    int64_t deadline = now_ns() + timeout_ns;
+    while (atomic_load(counter) < target) {
+        if (now_ns() > deadline) return false;
+        sleep_us(200);
+    }
+    return true;
+}
+
+/* ---- queued_reply_rights ------------------------------------------------------------------------ */
+
+typedef struct { int index; int iterations; } qr_arg_t;
+
+static void *qr_worker(void *raw) {
+    qr_arg_t *arg = raw;
+    uint64_t seed = 0x9E3779B97F4A7C15ull * (uint64_t)(arg->index + 1);
+    unsigned char buffer[BIG_BUFFER];
+    for (int it = 0; it < arg->iterations; it++) {
+        pl_port_t *reply = new_port(16);
+        uint32_t qlimit = 1 + rnd(&seed) % 8;
+        pl_port_t *port = new_port(qlimit);
+        bool self_reply = rnd(&seed) % 4 == 0;
+        int32_t first_id = (it * 16) % 100000;
+        for (uint32_t i = 0; i < qlimit; i++) {
+            pl_port_t *r = (self_reply && i == 0) ? port : reply;
+            CHECK_OK(send_msg(port, first_id + (int32_t)i, r, 0));
+        }
+        CHECK_STATUS(send_msg(port, 7, reply, 0), PL_ERR_TIMED_OUT); /* full: nothing queued */
+        CHECK(pl_port_send_right_count(reply) == qlimit - (self_reply ? 1u : 0u));
+
+        uint32_t take = rnd(&seed) % (qlimit + 1), replies = 0;
+        for (uint32_t j = 0; j < take; j++) {
+            pl_received_t header;
+            CHECK_OK(pl_port_receive(port, &header, buffer, sizeof buffer, 0));
+            CHECK(message_intact(&header, buffer));
+            if (header.reply == reply) {
+                CHECK_OK(pl_port_send(header.reply, header.id, NULL, 0, NULL, 0));
+                replies++;
+            }
+            release_reply(&header);
+        }
+        if (take < qlimit) {
+            /* Too large: the message stays first and its size is reported. */
+            int32_t next = first_id + (int32_t)take;
+            pl_received_t header;
+            if (size_for(next) > 8) {
+                CHECK_STATUS(pl_port_receive(port, &header, buffer, 8, 0), PL_ERR_TOO_LARGE);
+                CHECK(header.size == size_for(next) && header.reply == NULL);
+                CHECK(pl_port_message_count(port) == qlimit - take);
+            }
+        }
+        CHECK_OK(pl_port_destroy(port)); /* with qlimit - take messages still queued */
+        CHECK(pl_port_send_right_count(reply) == 0);
+        CHECK(pl_port_message_count(reply) == replies);
+        for (uint32_t j = 0; j + 1 < replies; j++) { /* leave the last reply queued for destroy */
+            pl_received_t header;
+            CHECK_OK(pl_port_receive(reply, &header, NULL, 0, 0));
+        }
+        CHECK_OK(pl_port_destroy(reply));
+    }
+    return NULL;
+}
+
+static void scenario_queued_reply_rights(void) {
+    enum { THREADS = 4 };
+    pthread_t threads[THREADS];
+    qr_arg_t args[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        args[i] = (qr_arg_t){ .index = i, .iterations = 6000 };
+        start_thread(&threads[i], qr_worker, &args[i]);
+    }
+    for (int i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);
+}
+
+/* ---- destroy_under_traffic ---------------------------------------------------------------------- */
+
+typedef struct {
+    pl_port_t *port;          /* this thread holds a send right to it (its memory reference) */
+    pl_port_t *reply;
+    atomic_uint *sent, *received;
+    pl_status_t end;
+    int32_t first_id;
+} dt_arg_t;
+
+static void *dt_receiver(void *raw) {
+    dt_arg_t *arg = raw;
+    unsigned char buffer[BIG_BUFFER];
+    for (;;) {
+        pl_received_t header;
+        pl_status_t status = pl_port_receive(arg->port, &header, buffer, sizeof buffer, PL_TIMEOUT_FOREVER);
+        if (status != PL_OK) { arg->end = status; break; }
+        CHECK(message_intact(&header, buffer));
+        release_reply(&header);
+        atomic_fetch_add(arg->received, 1);
+    }
+    pl_port_release_send(arg->port);
+    return NULL;
+}
+
+static void *dt_sender(void *raw) {
+    dt_arg_t *arg = raw;
+    for (int32_t id = arg->first_id;; id++) {
+        pl_status_t status = send_msg(arg->port, id, id % 3 == 0 ? arg->reply : NULL, PL_TIMEOUT_FOREVER);
+        if (status != PL_OK) { arg->end = status; break; }
+        atomic_fetch_add(arg->sent, 1);
+    }
+    pl_port_release_send(arg->port);
+    return NULL;
+}
+
+static void scenario_destroy_under_traffic(void) {
+    uint64_t seed = 12345;
+    for (int it = 0; it < 300; it++) {
+        pl_port_t *port = new_port(2);
+        pl_port_t *reply = new_port(1);
+        atomic_uint sent = 0, received = 0;
+        dt_arg_t args[4];
+        pthread_t threads[4];
+        for (int i = 0; i < 4; i++) {
+            CHECK_OK(pl_port_make_send(port));
+            args[i] = (dt_arg_t){ .port = port, .reply = reply, .sent = &sent, .received = &received,
+                                  .end = PL_OK, .first_id = i * 1000000 };
+            start_thread(&threads[i], i < 2 ? dt_receiver : dt_sender, &args[i]);
+        }
+        sleep_us(50 + rnd(&seed) % 1000);
+        CHECK_OK(pl_port_destroy(port));
+        for (int i = 0; i < 4; i++) pthread_join(threads[i], NULL);
+        for (int i = 0; i < 2; i++) CHECK(args[i].end == PL_ERR_PORT_DIED || args[i].end == PL_ERR_INVALID_NAME);
+        for (int i = 2; i < 4; i++) CHECK_STATUS(args[i].end, PL_ERR_INVALID_DEST);
+        CHECK(atomic_load(&received) <= atomic_load(&sent));
+        CHECK(pl_port_send_right_count(reply) == 0); /* queued reply rights were released */
+        CHECK_OK(pl_port_destroy(reply));
+    }
+}
+
+/* ---- set_members_destroyed ---------------------------------------------------------------------- */
+
+typedef struct {
+    pl_port_set_t *set;       /* retained for this thread */
+    pl_port_t *reply;
+    atomic_bool *stop;
+    atomic_uint *sent, *received;
+    uint64_t seed;
+} sm_arg_t;
+
+static void *sm_receiver(void *raw) {
+    sm_arg_t *arg = raw;
+    unsigned char buffer[BIG_BUFFER];
+    while (!atomic_load(arg->stop)) {
+        pl_received_t header;
+        int64_t timeout = (int64_t)(100 + rnd(&arg->seed) % 2000) * 1000; /* 0.1–2.1 ms */
+        pl_status_t status = pl_port_set_receive(arg->set, &header, buffer, sizeof buffer, timeout);
+        if (status == PL_OK) {
+            CHECK(message_intact(&header, buffer));
+            release_reply(&header);
+            atomic_fetch_add(arg->received, 1);
+        } else {
+            CHECK_STATUS(status, PL_ERR_TIMED_OUT);
+        }
+    }
+    pl_port_set_release(arg->set);
+    return NULL;
+}
+
+static void *sm_mutator(void *raw) {
+    sm_arg_t *arg = raw;
+    for (int it = 0; it < 2500; it++) {
+        pl_port_t *ports[3];
+        for (int p = 0; p < 3; p++) {
+            ports[p] = new_port(1 + rnd(&arg->seed) % 6);
+            CHECK_OK(pl_port_set_insert(arg->set, ports[p]));
+            CHECK_STATUS(pl_port_set_insert(arg->set, ports[p]), PL_ERR_ALREADY_IN_SET);
+        }
+        for (int p = 0; p < 3; p++) {
+            uint32_t n = 1 + rnd(&arg->seed) % pl_port_get_qlimit(ports[p]);
+            for (uint32_t i = 0; i < n; i++) {
+                int32_t id = (int32_t)(rnd(&arg->seed) % 1000000);
+                CHECK_OK(send_msg(ports[p], id, i % 2 ? arg->reply : NULL, 0));
+                atomic_fetch_add(arg->sent, 1);
+            }
+        }
+        if (rnd(&arg->seed) % 2) sleep_us(rnd(&arg->seed) % 200);
+        if (rnd(&arg->seed) % 3 == 0) CHECK_OK(pl_port_set_extract(arg->set, ports[0]));
+        for (int p = 0; p < 3; p++) CHECK_OK(pl_port_destroy(ports[p])); /* often with messages queued */
+    }
+    return NULL;
+}
+
+static void scenario_set_members_destroyed(void) {
+    pl_port_set_t *set = new_set();
+    pl_port_t *reply = new_port(1);
+    atomic_bool stop = false;
+    atomic_uint sent = 0, received = 0;
+    enum { RECEIVERS = 2, MUTATORS = 2 };
+    pthread_t receivers[RECEIVERS], mutators[MUTATORS];
+    sm_arg_t rargs[RECEIVERS], margs[MUTATORS];
+    for (int i = 0; i < RECEIVERS; i++) {
+        pl_port_set_retain(set);
+        rargs[i] = (sm_arg_t){ .set = set, .reply = reply, .stop = &stop, .sent = &sent, .received = &received,
+                               .seed = 777u + (uint64_t)i };
+        start_thread(&receivers[i], sm_receiver, &rargs[i]);
+    }
+    for (int i = 0; i < MUTATORS; i++) {
+        margs[i] = (sm_arg_t){ .set = set, .reply = reply, .stop = &stop, .sent = &sent, .received = &received,
+                               .seed = 999u + (uint64_t)i };
+        start_thread(&mutators[i], sm_mutator, &margs[i]);
+    }
+    for (int i = 0; i < MUTATORS; i++) pthread_join(mutators[i], NULL);
+    atomic_store(&stop, true);
+    for (int i = 0; i < RECEIVERS; i++) pthread_join(receivers[i], NULL);
+    CHECK(atomic_load(&received) <= atomic_load(&sent));
+    CHECK(atomic_load(&received) > 0);
+    CHECK(pl_port_set_member_count(set) == 0);
+    CHECK(pl_port_send_right_count(reply) == 0);
+    CHECK_OK(pl_port_set_destroy(set));
+    pl_port_set_release(set);
+    CHECK_OK(pl_port_destroy(reply));
+}
+
+/* ---- ports_in_two_sets -------------------------------------------------------------------------- */
+
+enum { TS_PORTS = 4, TS_PER_SENDER = 40000, TS_SENDERS = 2, TS_EXTRA = 4 * 64 };
+#define TS_IDS (TS_SENDERS * TS_PER_SENDER + TS_EXTRA)
+
+typedef struct {
+    pl_port_set_t *set;
+    pl_port_t **ports;
+    pl_port_t *reply;
+    atomic_uchar *seen;
+    atomic_uint *received;
+    int index;
+    pl_status_t end;
+} ts_arg_t;
+
+static void *ts_receiver(void *raw) {
+    ts_arg_t *arg = raw;
+    unsigned char buffer[BIG_BUFFER];
+    for (;;) {
+        pl_received_t header;
+        pl_status_t status = pl_port_set_receive(arg->set, &header, buffer, sizeof buffer, PL_TIMEOUT_FOREVER);
+        if (status != PL_OK) { arg->end = status; break; }
+        CHECK(message_intact(&header, buffer));
+        if (header.id >= 0 && header.id < TS_IDS) {
+            CHECK(atomic_fetch_add(&arg->seen[header.id], 1) == 0); /* never twice */
+        } else {
+            CHECK(!"id out of range");
+        }
+        release_reply(&header);
+        atomic_fetch_add(arg->received, 1);
+    }
+    pl_port_set_release(arg->set);
+    return NULL;
+}
+
+static void *ts_sender(void *raw) {
+    ts_arg_t *arg = raw;
+    int32_t first = arg->index * TS_PER_SENDER;
+    for (int32_t id = first; id < first + TS_PER_SENDER; id++) {
+        CHECK_OK(send_msg(arg->ports[id % TS_PORTS], id, id % 5 == 0 ? arg->reply : NULL, PL_TIMEOUT_FOREVER));
+    }
+    for (int p = 0; p < TS_PORTS; p++) pl_port_release_send(arg->ports[p]);
+    return NULL;
+}
+
+static void scenario_ports_in_two_sets(void) {
+    pl_port_set_t *sets[2] = { new_set(), new_set() };
+    pl_port_t *ports[TS_PORTS];
+    pl_port_t *reply = new_port(1);
+    atomic_uchar *seen = calloc(TS_IDS, sizeof *seen);
+    atomic_uint received = 0;
+    for (int p = 0; p < TS_PORTS; p++) {
+        ports[p] = new_port(64);
+        CHECK_OK(pl_port_set_insert(sets[0], ports[p]));
+        CHECK_OK(pl_port_set_insert(sets[1], ports[p]));
+        CHECK(pl_port_set_contains(sets[0], ports[p]) && pl_port_set_contains(sets[1], ports[p]));
+    }
+    enum { RECEIVERS = 3 };
+    pthread_t receivers[RECEIVERS], senders[TS_SENDERS];
+    ts_arg_t rargs[RECEIVERS], sargs[TS_SENDERS];
+    for (int i = 0; i < RECEIVERS; i++) {
+        pl_port_set_t *set = sets[i % 2];
+        pl_port_set_retain(set);
+        rargs[i] = (ts_arg_t){ .set = set, .ports = ports, .reply = reply, .seen = seen, .received = &received,
+                               .index = i, .end = PL_OK };
+        start_thread(&receivers[i], ts_receiver, &rargs[i]);
+    }
+    for (int i = 0; i < TS_SENDERS; i++) {
+        for (int p = 0; p < TS_PORTS; p++) CHECK_OK(pl_port_make_send(ports[p]));
+        sargs[i] = (ts_arg_t){ .ports = ports, .reply = reply, .index = i };
+        start_thread(&senders[i], ts_sender, &sargs[i]);
+    }
+    for (int i = 0; i < TS_SENDERS; i++) pthread_join(senders[i], NULL);
+    unsigned expected = TS_SENDERS * TS_PER_SENDER;
+    CHECK(wait_for_count(&received, expected, 30000 * MS));
+    for (unsigned id = 0; id < expected; id++) {
+        if (atomic_load(&seen[id]) != 1) { CHECK(!"a message was lost"); break; }
+    }
+
+    /* Destroy the ports with messages queued while the receivers are busy, then the sets under the
+     * receivers blocked on them. */
+    int32_t id = (int32_t)expected;
+    for (int p = 0; p < TS_PORTS; p++) {
+        for (int i = 0; i < 60; i++) {
+            pl_status_t status = send_msg(ports[p], id++, reply, 0);
+            CHECK(status == PL_OK || status == PL_ERR_TIMED_OUT);
+        }
+    }
+    for (int p = 0; p < TS_PORTS; p++) CHECK_OK(pl_port_destroy(ports[p]));
+    CHECK(pl_port_set_member_count(sets[0]) == 0 && pl_port_set_member_count(sets[1]) == 0);
+    sleep_us(2000);
+    CHECK_OK(pl_port_set_destroy(sets[0]));
+    CHECK_OK(pl_port_set_destroy(sets[1]));
+    for (int i = 0; i < RECEIVERS; i++) pthread_join(receivers[i], NULL);
+    /* A receiver blocked on a set wakes with port-died; one that was between two receives when the set
+     * went finds it destroyed (invalid name). */
+    int died = 0;
+    for (int i = 0; i < RECEIVERS; i++) {
+        CHECK(rargs[i].end == PL_ERR_PORT_DIED || rargs[i].end == PL_ERR_INVALID_NAME);
+        died += rargs[i].end == PL_ERR_PORT_DIED;
+    }
+    CHECK(died > 0);
+    CHECK(pl_port_send_right_count(reply) == 0);
+    CHECK_STATUS(pl_port_set_destroy(sets[0]), PL_ERR_INVALID_NAME);
+    pl_port_set_release(sets[0]);
+    pl_port_set_release(sets[1]);
+    CHECK_OK(pl_port_destroy(reply));
+    free(seen);
+}
+
+/* ---- descriptor_members ------------------------------------------------------------------------- */
+
+typedef struct {
+    pl_port_set_t *set;
+    pl_port_t *port;
+    int read_fd, write_fd;
+    atomic_bool *stop;
+    atomic_uint *received, *fd_reports;
+    uint64_t seed;
+} dm_arg_t;
+
+static void drain_pipe(int fd) {
+    char junk[256];
+    while (read(fd, junk, sizeof junk) > 0) {}
+}
+
+static void *dm_receiver(void *raw) {
+    dm_arg_t *arg = raw;
+    unsigned char buffer[BIG_BUFFER];
+    while (!atomic_load(arg->stop)) {
+        pl_received_t header;
+        pl_status_t status = pl_port_set_receive(arg->set, &header, buffer, sizeof buffer, 1 * MS);
+        if (status == PL_ERR_TIMED_OUT) continue;
+        CHECK_OK(status);
+        if (status != PL_OK) continue;
+        if (header.kind == PL_RECEIVED_FD) {
+            CHECK(header.fd == arg->read_fd);
+            drain_pipe(arg->read_fd);
+            atomic_fetch_add(arg->fd_reports, 1);
+        } else {
+            CHECK(message_intact(&header, buffer));
+            release_reply(&header);
+            atomic_fetch_add(arg->received, 1);
+        }
+    }
+    pl_port_set_release(arg->set);
+    return NULL;
+}
+
+static void *dm_toggler(void *raw) {
+    dm_arg_t *arg = raw;
+    while (!atomic_load(arg->stop)) {
+        pl_status_t status = pl_port_set_insert_fd(arg->set, arg->read_fd);
+        CHECK(status == PL_OK || status == PL_ERR_ALREADY_IN_SET);
+        sleep_us(rnd(&arg->seed) % 100);
+        status = pl_port_set_extract_fd(arg->set, arg->read_fd);
+        CHECK(status == PL_OK || status == PL_ERR_NOT_IN_SET);
+        if (rnd(&arg->seed) % 2) sleep_us(rnd(&arg->seed) % 100);
+    }
+    pl_port_set_release(arg->set);
+    return NULL;
+}
+
+static void scenario_descriptor_members(void) {
+    int fds[2];
+    if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) { perror("pipe2"); exit(2); }
+    pl_port_set_t *set = new_set();
+    pl_port_t *port = new_port(64);
+    CHECK_OK(pl_port_set_insert(set, port));
+    atomic_bool stop = false;
+    atomic_uint received = 0, fd_reports = 0;
+    dm_arg_t arg = { .set = set, .port = port, .read_fd = fds[0], .write_fd = fds[1], .stop = &stop,
+                     .received = &received, .fd_reports = &fd_reports, .seed = 4242 };
+    dm_arg_t targ = arg;
+    targ.seed = 5151;
+    pthread_t receiver, toggler;
+    pl_port_set_retain(set);
+    start_thread(&receiver, dm_receiver, &arg);
+    pl_port_set_retain(set);
+    start_thread(&toggler, dm_toggler, &targ);
+
+    enum { MESSAGES = 12000 };
+    for (int32_t id = 0; id < MESSAGES; id++) {
+        if (id % 4 == 0) { char c = 'x'; ssize_t n = write(fds[1], &c, 1); (void)n; }
+        CHECK_OK(send_msg(port, id, NULL, PL_TIMEOUT_FOREVER));
+        if (id % 16 == 0) sleep_us(20);
+    }
+    CHECK(wait_for_count(&received, MESSAGES, 30000 * MS));
+    atomic_store(&stop, true);
+    pthread_join(toggler, NULL);
+    pthread_join(receiver, NULL);
+
+    /* The descriptor is reported by a receive once it is a member and readable. */
+    pl_status_t status = pl_port_set_insert_fd(set, fds[0]);
+    CHECK(status == PL_OK || status == PL_ERR_ALREADY_IN_SET);
+    char c = 'y';
+    CHECK(write(fds[1], &c, 1) == 1);
+    pl_received_t header;
+    CHECK_OK(pl_port_set_receive(set, &header, NULL, 0, 1000 * MS));
+    CHECK(header.kind == PL_RECEIVED_FD && header.fd == fds[0]);
+    drain_pipe(fds[0]);
+
+    /* A second set holding the same descriptor is released (not destroyed) with it still a member; the
+     * first is destroyed with it still a member. Both free the descriptor's event. */
+    pl_port_set_t *other = new_set();
+    CHECK_OK(pl_port_set_insert_fd(other, fds[0]));
+    CHECK_OK(pl_port_set_insert(other, port));
+    pl_port_set_release(other);
+    CHECK_OK(pl_port_set_destroy(set));
+    pl_port_set_release(set);
+    close(fds[0]);
+    close(fds[1]);
+    CHECK(atomic_load(&received) == MESSAGES);
+    CHECK_OK(pl_port_destroy(port));
+}
+
+/* ---- send_rights_elsewhere ---------------------------------------------------------------------- */
+
+enum { SE_THREADS = 4, SE_RIGHTS_PER_THREAD = 8 };
+
+typedef struct {
+    pl_port_t *port;          /* SE_RIGHTS_PER_THREAD send rights to it belong to this thread */
+    pl_port_t *reply;         /* one send right to it belongs to this thread */
+    int32_t first_id;
+    atomic_uint *sent;
+    bool may_die;
+} se_arg_t;
+
+static void *se_worker(void *raw) {
+    se_arg_t *arg = raw;
+    for (int i = 0; i < SE_RIGHTS_PER_THREAD; i++) {
+        pl_status_t status = send_msg(arg->port, arg->first_id + i, i % 2 ? arg->reply : NULL, PL_TIMEOUT_FOREVER);
+        if (status == PL_OK) atomic_fetch_add(arg->sent, 1);
+        else if (arg->may_die) CHECK_STATUS(status, PL_ERR_INVALID_DEST);
+        else CHECK_OK(status);
+        pl_port_release_send(arg->port);
+    }
+    pl_port_release_send(arg->reply);
+    return NULL;
+}
+
+static void scenario_send_rights_elsewhere(void) {
+    uint64_t seed = 31337;
+    unsigned char buffer[BIG_BUFFER];
+    for (int round = 0; round < 240; round++) {
+        pl_port_t *port = new_port(PL_QLIMIT_MAX);
+        pl_port_t *reply = new_port(1);
+        int mode = round % 3; /* 0: receive all, then destroy; 1: destroy at once; 2: destroy after a while */
+        atomic_uint sent = 0;
+        pthread_t threads[SE_THREADS];
+        se_arg_t args[SE_THREADS];
+        for (int t = 0; t < SE_THREADS; t++) {
+            for (int i = 0; i < SE_RIGHTS_PER_THREAD; i++) CHECK_OK(pl_port_make_send(port));
+            CHECK_OK(pl_port_make_send(reply));
+            args[t] = (se_arg_t){ .port = port, .reply = reply, .first_id = t * 100, .sent = &sent,
+                                  .may_die = mode != 0 };
+            start_thread(&threads[t], se_worker, &args[t]);
+        }
+        if (mode == 0) {
+            for (int i = 0; i < SE_THREADS * SE_RIGHTS_PER_THREAD; i++) {
+                pl_received_t header;
+                CHECK_OK(pl_port_receive(port, &header, buffer, sizeof buffer, 10000 * MS));
+                CHECK(message_intact(&header, buffer));
+                release_reply(&header);
+            }
+            for (int t = 0; t < SE_THREADS; t++) pthread_join(threads[t], NULL);
+            CHECK(pl_port_send_right_count(port) == 0);
+            CHECK_OK(pl_port_destroy(port)); /* the last reference: freed here */
+        } else {
+            if (mode == 2) sleep_us(rnd(&seed) % 300);
+            CHECK_OK(pl_port_destroy(port)); /* the last send right, released on a worker, frees it */
+            for (int t = 0; t < SE_THREADS; t++) pthread_join(threads[t], NULL);
+        }
+        CHECK(pl_port_send_right_count(reply) == 0);
+        CHECK_OK(pl_port_destroy(reply));
+    }
+}
+
+/* ---- set_last_release --------------------------------------------------------------------------- */
+
+typedef struct { pl_port_set_t *set; } sl_arg_t;
+
+static void *sl_worker(void *raw) {
+    sl_arg_t *arg = raw;
+    unsigned char buffer[BIG_BUFFER];
+    pl_received_t header;
+    pl_status_t status = pl_port_set_receive(arg->set, &header, buffer, sizeof buffer, 0);
+    CHECK(status == PL_OK || status == PL_ERR_TIMED_OUT);
+    if (status == PL_OK && header.kind == PL_RECEIVED_MESSAGE) {
+        CHECK(message_intact(&header, buffer));
+        release_reply(&header);
+    }
+    pl_port_set_release(arg->set);
+    return NULL;
+}
+
+static void scenario_set_last_release(void) {
+    int fds[2];
+    if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) { perror("pipe2"); exit(2); }
+    char c = 'z';
+    CHECK(write(fds[1], &c, 1) == 1);
+    for (int it = 0; it < 800; it++) {
+        pl_port_set_t *set = new_set();
+        pl_port_t *a = new_port(8), *b = new_port(8);
+        CHECK_OK(pl_port_set_insert(set, a));
+        CHECK_OK(pl_port_set_insert(set, b));
+        if (it % 3 == 0) CHECK_OK(pl_port_set_insert_fd(set, fds[0]));
+        for (int i = 0; i < 3; i++) {
+            CHECK_OK(send_msg(a, it * 8 + i, b, 0));
+            CHECK_OK(send_msg(b, it * 8 + 4 + i, a, 0));
+        }
+        pl_port_set_retain(set);
+        sl_arg_t arg = { .set = set };
+        pthread_t worker;
+        start_thread(&worker, sl_worker, &arg);
+        if (it % 2) sleep_us(50);
+        pl_port_set_release(set); /* whichever release is last destroys and frees the set */
+        pthread_join(worker, NULL);
+        /* The ports live on, outside any set. */
+        CHECK_OK(send_msg(a, 1, NULL, 0));
+        CHECK(pl_port_message_count(a) >= 3);
+        CHECK_OK(pl_port_destroy(a)); /* queued reply rights to b released */
+        CHECK_OK(pl_port_destroy(b)); /* queued reply rights to a (already dead) released */
+    }
+    close(fds[0]);
+    close(fds[1]);
+}
+
+/* ---- too_large_race ----------------------------------------------------------------------------- */
+
+enum { TL_MESSAGES = 16000 };
+
+typedef struct {
+    pl_port_t *port;          /* a send right belongs to this thread */
+    pl_port_set_t *set;       /* NULL: receive on the port; otherwise retained */
+    atomic_uchar *seen;
+    atomic_uint *received, *too_large;
+    bool small_first;
+} tl_arg_t;
+
+static pl_status_t tl_receive(tl_arg_t *arg, pl_received_t *header, void *buffer, size_t capacity,
+                              int64_t timeout) {
+    return arg->set ? pl_port_set_receive(arg->set, header, buffer, capacity, timeout)
+                    : pl_port_receive(arg->port, header, buffer, capacity, timeout);
+}
+
+static void *tl_receiver(void *raw) {
+    tl_arg_t *arg = raw;
+    unsigned char buffer[BIG_BUFFER];
+    while (atomic_load(arg->received) < TL_MESSAGES) {
+        pl_received_t header;
+        size_t capacity = arg->small_first ? 16 : sizeof buffer;
+        pl_status_t status = tl_receive(arg, &header, buffer, capacity, 1 * MS);
+        if (status == PL_ERR_TOO_LARGE) {
+            CHECK(header.size > capacity && header.size <= 4096 && header.reply == NULL);
+            atomic_fetch_add(arg->too_large, 1);
+            /* Still queued (unless another receiver got it first): take it with room. */
+            status = tl_receive(arg, &header, buffer, sizeof buffer, 0);
+            if (status == PL_ERR_TIMED_OUT) continue;
+        }
+        if (status == PL_ERR_TIMED_OUT) continue;
+        CHECK_OK(status);
+        if (status != PL_OK) break;
+        CHECK(message_intact(&header, buffer));
+        if (header.id >= 0 && header.id < TL_MESSAGES) CHECK(atomic_fetch_add(&arg->seen[header.id], 1) == 0);
+        release_reply(&header);
+        atomic_fetch_add(arg->received, 1);
+    }
+    if (arg->set) pl_port_set_release(arg->set);
+    pl_port_release_send(arg->port);
+    return NULL;
+}
+
+static void scenario_too_large_race(void) {
+    pl_port_t *port = new_port(8);
+    pl_port_t *reply = new_port(1);
+    pl_port_set_t *set = new_set();
+    CHECK_OK(pl_port_set_insert(set, port));
+    atomic_uchar *seen = calloc(TL_MESSAGES, sizeof *seen);
+    atomic_uint received = 0, too_large = 0;
+    enum { RECEIVERS = 4 };
+    pthread_t threads[RECEIVERS];
+    tl_arg_t args[RECEIVERS];
+    for (int i = 0; i < RECEIVERS; i++) {
+        CHECK_OK(pl_port_make_send(port));
+        pl_port_set_t *s = i >= 2 ? set : NULL;
+        if (s) pl_port_set_retain(s);
+        args[i] = (tl_arg_t){ .port = port, .set = s, .seen = seen, .received = &received,
+                              .too_large = &too_large, .small_first = i % 2 == 0 };
+        start_thread(&threads[i], tl_receiver, &args[i]);
+    }
+    for (int32_t id = 0; id < TL_MESSAGES; id++) {
+        CHECK_OK(send_msg(port, id, id % 7 == 0 ? reply : NULL, PL_TIMEOUT_FOREVER));
+    }
+    for (int i = 0; i < RECEIVERS; i++) pthread_join(threads[i], NULL);
+    CHECK(atomic_load(&received) == TL_MESSAGES);
+    for (int id = 0; id < TL_MESSAGES; id++) {
+        if (atomic_load(&seen[id]) != 1) { CHECK(!"a message was lost or duplicated"); break; }
+    }
+    CHECK(atomic_load(&too_large) > 0);
+
+    /* A too-large message left queued is destroyed with the port. */
+    CHECK_OK(send_msg(port, 8, reply, 0)); /* 4096 bytes */
+    pl_received_t header;
+    CHECK_STATUS(pl_port_set_receive(set, &header, NULL, 0, 0), PL_ERR_TOO_LARGE);
+    CHECK(header.size == 4096);
+    CHECK(pl_port_message_count(port) == 1);
+    CHECK_OK(pl_port_destroy(port));
+    CHECK(pl_port_set_member_count(set) == 0);
+    CHECK(pl_port_send_right_count(reply) == 0);
+    pl_port_set_release(set);
+    CHECK_OK(pl_port_destroy(reply));
+    free(seen);
+}
+
+/* ---- main --------------------------------------------------------------------------------------- */
+
+typedef struct { const char *name; void (*run)(void); } scenario_t;
+
+int main(int argc, char **argv) {
+    bool verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* the summary must survive LeakSanitizer's exit */
+    static const scenario_t scenarios[] = {
+        { "queued_reply_rights", scenario_queued_reply_rights },
+        { "destroy_under_traffic", scenario_destroy_under_traffic },
+        { "set_members_destroyed", scenario_set_members_destroyed },
+        { "ports_in_two_sets", scenario_ports_in_two_sets },
+        { "descriptor_members", scenario_descriptor_members },
+        { "send_rights_elsewhere", scenario_send_rights_elsewhere },
+        { "set_last_release", scenario_set_last_release },
+        { "too_large_race", scenario_too_large_race },
+    };
+    int passed = 0, failed = 0;
+    int64_t start = now_ns();
+    for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++) {
+        current_scenario = scenarios[i].name;
+        atomic_store(&scenario_failures, 0);
+        int64_t t0 = now_ns();
+        scenarios[i].run();
+        int failures = atomic_load(&scenario_failures);
+        if (failures == 0) passed++; else failed++;
+        if (verbose || failures > 0) {
+            printf("  %-4s %-24s %6.0f ms%s\n", failures ? "FAIL" : "ok", scenarios[i].name,
+                   (double)(now_ns() - t0) / 1e6, failures ? " (see above)" : "");
+        }
+    }
+    if (verbose) printf("  total %.1f s\n", (double)(now_ns() - start) / 1e9);
+    printf("stress: %d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}
