@@ -1,7 +1,7 @@
 import PortLoop
 import Testing
 
-/// The examples of docs/readme-observers.md, as written there but with `print` traced, each run on a fresh
+/// The examples of README.md's "Run-loop observers put to work" section, as written there but with `print` traced, each run on a fresh
 /// loop thread: they compile against the public API and do what the README says.
 @Suite("Observers README examples")
 struct ObserversReadmeTests {
