@@ -124,7 +124,6 @@ enum EchoDaemon {
         guard load.allFinished else {
             return ["stopped (\(dispatcher.stopReason ?? "?")) before the clients had sent every request"]
         }
-        load.join()
         var problems: [String] = []
         if load.answered.current != planned {
             problems.append("\(load.answered.current) of \(planned) requests answered right")

@@ -9,7 +9,7 @@ import Synchronization
 /// with a valid worker tag; the client tallies which worker answered, so a self-test can check the clients'
 /// view against the workers' own counts. A client stops after its share of a self-test, or, under open-ended
 /// load, at the first refusal (the daemon is stopping) or failure.
-final class LoadGenerator: @unchecked Sendable {
+final class LoadGenerator: Sendable {
     let clients: Int
     /// Requests to send in all, split among the clients; nil to send until refused.
     let plannedRequests: Int?
@@ -26,10 +26,10 @@ final class LoadGenerator: @unchecked Sendable {
     let refused = Counter()
     /// Right replies by answering worker, added by each client as it ends.
     let answeredByWorker: [Counter]
+    /// Clients not yet ended. Each client adds its tallies before it decrements this (release), and readers
+    /// load it with acquire, so once it reads 0 every count above is final.
     private let running = Atomic<Int>(0)
     private let errorsReported = Atomic<Int>(0)
-    /// Started and joined on the main thread only.
-    private var threads: [PosixThread] = []
 
     /// How long a client waits for one reply before counting the request as failed.
     static let requestTimeout = PortTimeout.after(.seconds(10))
@@ -47,19 +47,15 @@ final class LoadGenerator: @unchecked Sendable {
         running.store(clients, ordering: .relaxed)
         for index in 0..<clients {
             let share = plannedRequests.map { $0 / clients + (index < $0 % clients ? 1 : 0) }
-            let thread = try PosixThread(name: "echod-client-\(index + 1)") { [self] in
+            try PosixThread.detach(name: "echod-client-\(index + 1)") { [self] in
                 runClient(index + 1, requests: share)
                 if running.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 { finished() }
             }
-            threads.append(thread)
         }
     }
 
-    /// Whether every client has ended.
+    /// Whether every client has ended; then the counts are final.
     var allFinished: Bool { running.load(ordering: .acquiring) == 0 }
-
-    /// Waits for every client; only when ``allFinished`` (a client waiting for a reply would hold this up).
-    func join() { for thread in threads { thread.join() } }
 
     private func runClient(_ client: Int, requests: Int?) {
         var tally = Array(repeating: 0, count: workers)

@@ -3,16 +3,15 @@
 // The design, and why it is this one
 // ----------------------------------
 //
-//   client threads                main thread: dispatcher run loop              worker loop threads
-//   (load generator)              (PortRunLoop.main, default mode)              (RunLoopThread × N)
-//
-//   request(id:bytes:) ──send──▶ ┌ port set of the mode ──────────────┐
-//     with a fresh reply port    │  service port   → RunLoopPortSource │──send .poll, next worker with room──▶ w1 port ─▶ RunLoopPortSource
-//                                │  control port   → RunLoopPortSource │◀──fence replies────────────────────── w2 port ─▶ RunLoopPortSource
-//                                │  signalfd (fd)  → RunLoopDescriptorSource (SIGINT, SIGTERM)                   …
-//                                │  wake-up port                       │
-//                                └ + RunLoopTimer: throughput line ────┘
-//          ◀───────────────────────────── reply, sent by the worker's loop straight to the client's reply port
+//   client threads             main thread: dispatcher loop               worker loop threads (RunLoopThread × N)
+//   (load generator)           PortRunLoop.main, default mode
+//                              ┌ the mode's port set ────────────────┐
+//   request(id:bytes:) ──────▶ │ service port → RunLoopPortSource    │ ─ .poll send to the ──▶ w1 port → RunLoopPortSource
+//   (fresh reply port each)    │ control port → RunLoopPortSource    │   next worker with room   w2 port → RunLoopPortSource
+//                              │ signalfd → RunLoopDescriptorSource  │ ◀─ fence replies ──────── …
+//                              │ wake-up port                        │
+//                              └ RunLoopTimer: throughput line ──────┘
+//          ◀──────────── reply: each worker's loop sends its PortReply straight to the client's reply port
 //
 // Everything that wakes the dispatcher — a request, a fence reply, a signal, the throughput timer, a block
 // performed on it — arrives through one receive on its mode's port set, exactly as a CFRunLoop sleeps in

@@ -166,6 +166,32 @@ struct RunLoopDescriptorSourceTests {
         }
     }
 
+    @Test("the README example: a pipe's read end as a source")
+    func readmeExample() throws {
+        let result = Locked<(PortRunLoop.RunResult, UInt8)?>(nil)
+        let thread = TestThread {
+            // As in docs/readme-daemon.md, on a thread of our own (the test's thread is not ours to run).
+            var fds: [Int32] = [0, 0]
+            pipe(&fds)
+            defer { close(fds[0]); close(fds[1]) }
+            let seen = Locked<UInt8>(0)
+            let source = RunLoopDescriptorSource(fileDescriptor: fds[0]) { source in
+                var byte: UInt8 = 0
+                _ = read(source.fileDescriptor, &byte, 1)
+                seen.withLock { $0 = byte }
+            }
+            try! PortRunLoop.current.add(source, mode: .default)
+            var one: UInt8 = 1
+            _ = write(fds[1], &one, 1)
+            let run = PortRunLoop.current.run(mode: .default, timeout: .seconds(1), returnAfterSourceHandled: true)
+            source.invalidate()
+            result.withLock { $0 = (run, seen.current) }
+        }
+        thread.join()
+        #expect(result.current?.0 == .handledSource)
+        #expect(result.current?.1 == 1)
+    }
+
     @Test("a source whose loop's thread exited can join another loop")
     func outlivesItsThread() throws {
         let (readEnd, writeEnd) = try makePipe()
