@@ -6,6 +6,7 @@ let package = Package(
     products: [
         .library(name: "PortLoop", targets: ["PortLoop"]),
         .executable(name: "portloop-demo", targets: ["PortLoopDemo"]),
+        .executable(name: "portloop-echod", targets: ["PortLoopEchoDaemon"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
@@ -41,6 +42,12 @@ let package = Package(
             name: "PortLoopDemo",
             dependencies: ["PortLoop"]
         ),
+        // The example daemon (issue 5): a dispatcher loop, worker loop threads, signals as a descriptor source.
+        // It imports CPortLoop only for the signalfd helpers.
+        .executableTarget(
+            name: "PortLoopEchoDaemon",
+            dependencies: ["PortLoop", "CPortLoop"]
+        ),
         // A child process for the main-queue tests: a synchronous main that runs the main loop.
         .executableTarget(
             name: "PortLoopMainQueueCheck",
@@ -48,7 +55,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PortLoopTests",
-            dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck"]
+            dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopEchoDaemon"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -277,6 +277,22 @@ int pl_thread_set_name(const char *name);
  *  errno value. */
 int pl_thread_get_name(char *buf, size_t size);
 
+/* ------------------------------------------------------------------------------------------------ */
+/* Signals as a descriptor (signalfd), for a run loop source                                          */
+
+/** Blocks the signals in the calling thread (pthread_sigmask with SIG_BLOCK). Threads created afterwards
+ *  inherit the mask, so call it on the main thread before any other thread exists; a signal blocked in every
+ *  thread stays pending for a signalfd. Returns 0 or an errno value (EINVAL for a number that is no signal). */
+int pl_signals_block(const int *signals, size_t count);
+
+/** Opens a nonblocking, close-on-exec signalfd for the signals, which should be blocked already
+ *  (pl_signals_block); it is readable while one of them is pending. Returns the descriptor, or -1 with errno
+ *  set. The caller owns it and closes it. */
+int pl_signalfd_open(const int *signals, size_t count);
+
+/** Reads one pending signal from a signalfd: returns its number, 0 when none is pending, or -1 with errno set. */
+int pl_signalfd_read(int fd);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,6 +23,13 @@ func __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(
     source.handler(message)
 }
 
+/// A descriptor source is a version-1 source too (CF performs a `CFFileDescriptor`'s source through the same
+/// Source1 callout), so a backtrace names it the same way.
+@inline(never)
+func __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(_ source: RunLoopDescriptorSource) {
+    source.handler(source)
+}
+
 @inline(never)
 func __PORTLOOP_IS_CALLING_OUT_TO_A_BLOCK__(_ block: @Sendable () -> Void) {
     block()

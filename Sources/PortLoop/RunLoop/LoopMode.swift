@@ -2,13 +2,15 @@ import CPortLoop
 
 /// The state of one mode of one loop (CF's `__CFRunLoopMode`). Guarded by the loop's lock.
 ///
-/// Its port set holds the loop's wake-up port and the port of every Source1 in the mode: sleeping in this
-/// mode is a receive on that set, with a timeout for the earliest timer.
+/// Its port set holds the loop's wake-up port, the port of every Source1 in the mode and the descriptor of every
+/// descriptor source: sleeping in this mode is a receive on that set, with a timeout for the earliest timer.
 final class LoopMode {
     let name: PortRunLoop.Mode
     let portSet: PortSet
     var sources0: [RunLoopSource] = []
     var sources1: [PortName: RunLoopPortSource] = [:]
+    /// Descriptor sources by descriptor; the port set watches each descriptor once.
+    var descriptorSources: [Int32: RunLoopDescriptorSource] = [:]
     var observers: [RunLoopObserver] = []
     var timers = TimerHeap()
     var timerEntries: [ObjectIdentifier: TimerHeap.Entry] = [:]
@@ -21,9 +23,11 @@ final class LoopMode {
         try portSet.insert(wakeUpPort)
     }
 
-    /// True when nothing in the mode can make a run do anything: no Source0, Source1 or timer.
-    /// (Pending blocks are counted by the loop, which owns the block queue.)
-    var hasNoSourcesOrTimers: Bool { sources0.isEmpty && sources1.isEmpty && timers.isEmpty }
+    /// True when nothing in the mode can make a run do anything: no Source0, Source1 (port or descriptor) or
+    /// timer. (Pending blocks are counted by the loop, which owns the block queue.)
+    var hasNoSourcesOrTimers: Bool {
+        sources0.isEmpty && sources1.isEmpty && descriptorSources.isEmpty && timers.isEmpty
+    }
 
     /// Inserts an observer after those of lower or equal order (CF: ascending order, insertion order among equals).
     func insertObserver(_ observer: RunLoopObserver) {

@@ -11,7 +11,10 @@ extension PortRunLoop: CustomStringConvertible {
             for (name, state) in modes.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
                 lines.append("  \(name.rawValue): {port set members = \(state.portSet.memberCount),")
                 lines.append("    sources0 = [\(state.sources0.map(\.description).joined(separator: ", "))],")
-                lines.append("    sources1 = [\(state.sources1.values.map(\.description).joined(separator: ", "))],")
+                // CF lists a CFFileDescriptor's source among the version-1 sources too.
+                let sources1 = state.sources1.values.map(\.description)
+                    + state.descriptorSources.values.map(\.description)
+                lines.append("    sources1 = [\(sources1.joined(separator: ", "))],")
                 lines.append("    observers = [\(state.observers.map(\.description).joined(separator: ", "))],")
                 let timers = state.timers.entries.sorted { $0.fireDate < $1.fireDate }.prefix(20)
                 lines.append("    timers = [\(timers.map(\.timer.description).joined(separator: ", "))"
@@ -28,6 +31,7 @@ extension LoopItem {
         switch self {
         case let .source(item): item.description
         case let .portSource(item): item.description
+        case let .descriptorSource(item): item.description
         case let .timer(item): item.description
         case let .observer(item): item.description
         }

@@ -2,6 +2,7 @@
 enum LoopItem {
     case source(RunLoopSource)
     case portSource(RunLoopPortSource)
+    case descriptorSource(RunLoopDescriptorSource)
     case timer(RunLoopTimer)
     case observer(RunLoopObserver)
 
@@ -9,6 +10,7 @@ enum LoopItem {
         switch self {
         case let .source(item): item.attachment
         case let .portSource(item): item.attachment
+        case let .descriptorSource(item): item.attachment
         case let .timer(item): item.attachment
         case let .observer(item): item.attachment
         }
@@ -18,6 +20,7 @@ enum LoopItem {
         switch self {
         case let .source(item): ObjectIdentifier(item)
         case let .portSource(item): ObjectIdentifier(item)
+        case let .descriptorSource(item): ObjectIdentifier(item)
         case let .timer(item): ObjectIdentifier(item)
         case let .observer(item): ObjectIdentifier(item)
         }
@@ -35,6 +38,14 @@ extension PortRunLoop {
     /// Adds a port source to a mode or to `.common` (`CFRunLoopAddSource` with a version-1 source): its port
     /// joins the mode's port set, so a message wakes the loop.
     public func add(_ source: RunLoopPortSource, mode: Mode) throws(RunLoopError) { try add(.portSource(source), mode: mode) }
+    /// Adds a descriptor source to a mode or to `.common` (`CFRunLoopAddSource` with a `CFFileDescriptor`'s
+    /// source): its descriptor joins the mode's port set, so its becoming readable wakes the loop.
+    /// - Throws: as for the other sources, and ``RunLoopError/portLayer(_:)`` with
+    ///   ``PortError/invalidArgument(argument:reason:)`` for a descriptor epoll cannot watch, or with
+    ///   ``PortError/alreadyInSet`` when another source of the mode watches the same descriptor.
+    public func add(_ source: RunLoopDescriptorSource, mode: Mode) throws(RunLoopError) {
+        try add(.descriptorSource(source), mode: mode)
+    }
     /// Adds a timer to a mode or to `.common` (`CFRunLoopAddTimer`). A timer belongs to one loop.
     public func add(_ timer: RunLoopTimer, mode: Mode) throws(RunLoopError) { try add(.timer(timer), mode: mode) }
     /// Adds an observer to a mode or to `.common` (`CFRunLoopAddObserver`). An observer belongs to one loop.
@@ -45,6 +56,9 @@ extension PortRunLoop {
     public func remove(_ source: RunLoopSource, mode: Mode) { remove(.source(source), mode: mode) }
     /// Removes a port source from a mode or from `.common` (`CFRunLoopRemoveSource`).
     public func remove(_ source: RunLoopPortSource, mode: Mode) { remove(.portSource(source), mode: mode) }
+    /// Removes a descriptor source from a mode or from `.common` (`CFRunLoopRemoveSource`); once this returns,
+    /// that mode's port set no longer watches the descriptor.
+    public func remove(_ source: RunLoopDescriptorSource, mode: Mode) { remove(.descriptorSource(source), mode: mode) }
     /// Removes a timer from a mode or from `.common` (`CFRunLoopRemoveTimer`).
     public func remove(_ timer: RunLoopTimer, mode: Mode) { remove(.timer(timer), mode: mode) }
     /// Removes an observer from a mode or from `.common` (`CFRunLoopRemoveObserver`).
@@ -54,6 +68,10 @@ extension PortRunLoop {
     public func contains(_ source: RunLoopSource, mode: Mode) -> Bool { contains(.source(source), mode: mode) }
     /// Whether the mode holds the port source (`CFRunLoopContainsSource`).
     public func contains(_ source: RunLoopPortSource, mode: Mode) -> Bool { contains(.portSource(source), mode: mode) }
+    /// Whether the mode holds the descriptor source (`CFRunLoopContainsSource`).
+    public func contains(_ source: RunLoopDescriptorSource, mode: Mode) -> Bool {
+        contains(.descriptorSource(source), mode: mode)
+    }
     /// Whether the mode holds the timer (`CFRunLoopContainsTimer`).
     public func contains(_ timer: RunLoopTimer, mode: Mode) -> Bool { contains(.timer(timer), mode: mode) }
     /// Whether the mode holds the observer (`CFRunLoopContainsObserver`).
@@ -104,6 +122,7 @@ extension PortRunLoop {
     /// Removes an invalidated item from every mode of the loop.
     func removeEverywhere(_ source: RunLoopSource) { removeEverywhere(.source(source)) }
     func removeEverywhere(_ source: RunLoopPortSource) { removeEverywhere(.portSource(source)) }
+    func removeEverywhere(_ source: RunLoopDescriptorSource) { removeEverywhere(.descriptorSource(source)) }
     func removeEverywhere(_ timer: RunLoopTimer) { removeEverywhere(.timer(timer)) }
     func removeEverywhere(_ observer: RunLoopObserver) { removeEverywhere(.observer(observer)) }
 
@@ -146,6 +165,12 @@ extension PortRunLoop {
                 throw .portLayer(error)
             }
             state.sources1[source.portName] = source
+        case let .descriptorSource(source):
+            do { try state.portSet.insert(fileDescriptor: source.fileDescriptor) } catch {
+                item.attachment.detachOneMode()
+                throw .portLayer(error)
+            }
+            state.descriptorSources[source.fileDescriptor] = source
         case let .timer(timer):
             let (fireDate, tolerance) = timer.attachment.lock.withLock { (timer.fireDate, timer.toleranceNanoseconds) }
             timerSequence &+= 1
@@ -168,6 +193,10 @@ extension PortRunLoop {
         case let .portSource(source):
             guard state.sources1.removeValue(forKey: source.portName) != nil else { return false }
             try? state.portSet.remove(source.port)
+        case let .descriptorSource(source):
+            guard state.descriptorSources[source.fileDescriptor] === source else { return false }
+            state.descriptorSources[source.fileDescriptor] = nil
+            try? state.portSet.remove(fileDescriptor: source.fileDescriptor)
         case let .timer(timer):
             guard let entry = state.timerEntries.removeValue(forKey: ObjectIdentifier(timer)) else { return false }
             state.timers.remove(entry)
@@ -183,6 +212,7 @@ extension PortRunLoop {
         switch item {
         case let .source(source): state.sources0.contains { $0 === source }
         case let .portSource(source): state.sources1[source.portName] === source
+        case let .descriptorSource(source): state.descriptorSources[source.fileDescriptor] === source
         case let .timer(timer): state.timerEntries[ObjectIdentifier(timer)] != nil
         case let .observer(observer): state.observers.contains { $0 === observer }
         }

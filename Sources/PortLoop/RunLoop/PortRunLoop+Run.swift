@@ -150,10 +150,14 @@ extension PortRunLoop {
     }
 
     /// Dispatches one received message: the wake-up port's is consumed and nothing else; a Source1's is
-    /// performed and its reply sent.
+    /// performed and its reply sent. A readable descriptor is the main queue's or a descriptor source's.
     private func handleMessage(_ state: LoopMode, _ header: pl_received_t) -> Bool {
         guard header.kind == PL_RECEIVED_MESSAGE else {
-            return header.kind == PL_RECEIVED_FD && serviceMainQueue(fileDescriptor: header.fd)
+            guard header.kind == PL_RECEIVED_FD else { return false }
+            if header.fd == mainQueueHandle && state.holdsMainQueue {
+                return serviceMainQueue(fileDescriptor: header.fd)
+            }
+            return performDescriptorSource(state, fileDescriptor: header.fd)
         }
         let arrival = PortName(rawValue: header.arrival_name)
         if arrival == wakeUpPortName { return false }
@@ -171,6 +175,16 @@ extension PortRunLoop {
                 logError("reply to \(replyPort.name) dropped: \(error)")
             }
         }
+        return true
+    }
+
+    /// Calls the handler of the mode's source for a readable descriptor; false if no valid source watches it
+    /// any more (it left the mode between the receive and now).
+    private func performDescriptorSource(_ state: LoopMode, fileDescriptor: Int32) -> Bool {
+        guard let source = lock.withLock({ state.descriptorSources[fileDescriptor] }), source.isValid else {
+            return false
+        }
+        __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(source)
         return true
     }
 

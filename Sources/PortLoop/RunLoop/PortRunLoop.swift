@@ -172,6 +172,7 @@ public final class PortRunLoop: @unchecked Sendable {
             for (name, state) in modes {
                 for source in state.sources0 { cancelled.append((source, name)); items.append(.source(source)) }
                 items.append(contentsOf: state.sources1.values.map { .portSource($0) })
+                items.append(contentsOf: state.descriptorSources.values.map { .descriptorSource($0) })
                 items.append(contentsOf: state.timerEntries.values.map { .timer($0.timer) })
                 items.append(contentsOf: state.observers.map { .observer($0) })
                 try? state.portSet.destroy()

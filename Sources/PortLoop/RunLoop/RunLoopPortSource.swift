@@ -49,6 +49,12 @@ public final class RunLoopPortSource: Hashable, @unchecked Sendable, CustomStrin
     /// The name of the source's port.
     public var portName: PortName { port.name }
 
+    /// How many messages wait in the source's port, not yet received by its loop (`mach_port_get_attributes`
+    /// with `MACH_PORT_RECEIVE_STATUS`). The port is a FIFO and its loop its only receiver, so on the loop's
+    /// thread this says exactly how many of the next messages the handler sees were sent before now: what a
+    /// server needs to finish the requests already queued when it decides to stop.
+    public var queuedMessageCount: Int { port.messageCount }
+
     /// Removes the source from every mode of its loop and makes it unusable (`CFRunLoopSourceInvalidate`).
     /// The port lives until the source is released.
     public func invalidate() {

@@ -1,0 +1,17 @@
+import PortLoop
+
+/// Why the daemon could not start or run: something the port layer, a run loop or the system refused.
+enum DaemonError: Error, CustomStringConvertible {
+    case port(PortError)
+    case runLoop(RunLoopError)
+    /// A system call failed: which one, with its errno.
+    case system(call: String, errno: Int32)
+
+    var description: String {
+        switch self {
+        case let .port(error): "port layer: \(error)"
+        case let .runLoop(error): "run loop: \(error)"
+        case let .system(call, errno): "\(call) failed: errno \(errno)"
+        }
+    }
+}
