@@ -170,7 +170,7 @@ struct RunLoopDescriptorSourceTests {
     func readmeExample() throws {
         let result = Locked<(PortRunLoop.RunResult, UInt8)?>(nil)
         let thread = TestThread {
-            // As in docs/readme-daemon.md, on a thread of our own (the test's thread is not ours to run).
+            // As in README.md's daemon section, on a thread of our own (the test's thread is not ours to run).
             var fds: [Int32] = [0, 0]
             pipe(&fds)
             defer { close(fds[0]); close(fds[1]) }
