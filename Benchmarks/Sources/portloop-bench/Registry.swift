@@ -52,4 +52,7 @@ struct Scenario: Sendable {
 let allScenarios: [Scenario] = [
     pingPongScenario,
     throughputScenario,
+    loopPingPongScenario,
+    loopThroughputScenario,
+    timersScenario,
 ]

@@ -29,6 +29,12 @@ int64_t bf_libevent_pingpong(uint64_t warmup, uint64_t round_trips);
  *  read: the cost of one syscall per message with free coalescing on the reading side. */
 int64_t bf_eventfd_counter_throughput(uint64_t messages);
 
+/** On the calling thread, one libevent base (evthread_use_pthreads, precise timer) sleeps until each of
+ *  `count` fire dates (CLOCK_MONOTONIC nanoseconds, sorted ascending) with a timer event re-armed for the
+ *  next one, and records each date's lateness (time seen due minus fire date) in `lateness[i]`.
+ *  Returns the time of the last fire (CLOCK_MONOTONIC nanoseconds), or -1 if libevent failed. */
+int64_t bf_libevent_timers(const int64_t *fire_dates, uint64_t count, int64_t *lateness);
+
 /** CLOCK_MONOTONIC in nanoseconds, the clock every floor uses. */
 int64_t bf_now_ns(void);
 

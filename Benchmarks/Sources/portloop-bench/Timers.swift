@@ -1,0 +1,216 @@
+import CBenchFloors
+import PortLoop
+
+/// `timers`: many one-shot `RunLoopTimer`s, fire dates spread uniformly at random over a 50 ms window.
+///
+/// On a fresh loop thread, before the loop runs: create the timers (closure per timer), add them all to the
+/// default mode (µs per add), then run the loop; it returns `finished` once the last one-shot timer has
+/// fired. Each callback records its lateness: the time it was called minus its fire date. Reported per
+/// size (1,000, 10,000, 100,000 timers): creation and add cost, lateness p50/p99/max, and the time from
+/// the window's start to the last callback against the ideal 50 ms. Floor, in the same rounds: the same fire
+/// dates slept for by one libevent base with a re-armed timer event, as a loop sleeps
+/// (`bf_libevent_timers.c`): what the kernel, the hypervisor and libevent cost by themselves.
+///
+/// The window starts after a lead time long enough for the adds (twice the previous run's creation and
+/// add time, plus 5 ms), so that no timer is already due when the loop starts; a run whose adds overran
+/// the lead says so on standard error (its lateness then includes the overrun).
+let timersScenario = Scenario(
+    name: "timers",
+    summary: "one-shot timers spread over 50 ms: add cost, firing lateness"
+) { settings in
+    let sizes = [1_000, 10_000, 100_000]
+    let window: Int64 = 50_000_000
+    // First (discarded) round: a generous guess of 4 µs per timer.
+    var leads = sizes.map { Int64($0) * 4_000 + 5_000_000 }
+    var results = [[TimerRun]](repeating: [], count: sizes.count)
+    var floors = [[LatenessSummary]](repeating: [], count: sizes.count)
+
+    checkingDescriptors("timers") {
+        for round in 0...settings.runs {
+            for (index, size) in sizes.enumerated() {
+                let run = timerRun(count: size, window: window, lead: leads[index],
+                                   seed: UInt64(round) &* 0x9E37_79B9 &+ UInt64(size))
+                if run.addsOverranNanoseconds > 0 && round > 0 {
+                    printError("warning: timers: \(size) adds overran the lead by \(Double(run.addsOverranNanoseconds) / 1e6) ms; lateness includes it")
+                }
+                leads[index] = 2 * run.setUpNanoseconds + 5_000_000
+                let floor = timerFloorRun(count: size, window: window,
+                                          seed: UInt64(round) &* 0x9E37_79B9 &+ UInt64(size))
+                if round > 0 {
+                    results[index].append(run)
+                    floors[index].append(floor)
+                }
+            }
+        }
+    }
+
+    var rows: [Row] = []
+    let ideal = Double(window) / 1e6
+    for (index, size) in sizes.enumerated() {
+        let runs = results[index]
+        let label = size >= 1_000 ? "\(size / 1_000)k timers" : "\(size) timers"
+        func sample(_ value: (TimerRun) -> Double) -> Sample { Sample(values: runs.map(value)) }
+        func floorSample(_ value: (LatenessSummary) -> Double) -> Sample { Sample(values: floors[index].map(value)) }
+        let floorRows = [
+            Row(name: "\(label): C floor: libevent timer, lateness p50", sample: floorSample(\.p50Microseconds), unit: "µs"),
+            Row(name: "\(label): C floor: libevent timer, lateness p99", sample: floorSample(\.p99Microseconds), unit: "µs"),
+            Row(name: "\(label): C floor: libevent timer, lateness max", sample: floorSample(\.maxMicroseconds), unit: "µs"),
+            Row(name: "\(label): C floor: libevent timer, window start → last fire",
+                sample: floorSample(\.totalMilliseconds), unit: "ms", decimals: 2),
+        ]
+        rows.append(Row(name: "\(label): create RunLoopTimer", sample: sample(\.createMicroseconds),
+                        unit: "µs/timer", decimals: 3))
+        rows.append(Row(name: "\(label): add to the loop", sample: sample(\.addMicroseconds),
+                        unit: "µs/add", decimals: 3))
+        var loopRows = [
+            Row(name: "\(label): lateness p50", sample: sample(\.lateness.p50Microseconds), unit: "µs"),
+            Row(name: "\(label): lateness p99", sample: sample(\.lateness.p99Microseconds), unit: "µs"),
+            Row(name: "\(label): lateness max", sample: sample(\.lateness.maxMicroseconds), unit: "µs"),
+            Row(name: "\(label): window start → last fire", sample: sample(\.lateness.totalMilliseconds),
+                unit: "ms", decimals: 2),
+        ]
+        for row in loopRows.indices { loopRows[row].addRatio(to: floorRows[row], label: "libevent") }
+        loopRows[3].addRatio(toIdeal: ideal, label: "ideal \(window / 1_000_000) ms")
+        var floorTotal = floorRows[3]
+        floorTotal.addRatio(toIdeal: ideal, label: "ideal \(window / 1_000_000) ms")
+        rows += loopRows + floorRows.dropLast() + [floorTotal]
+    }
+    return rows
+}
+
+/// Lateness percentiles of one run, and the time from the window's start to the last fire.
+struct LatenessSummary {
+    var p50Microseconds: Double
+    var p99Microseconds: Double
+    var maxMicroseconds: Double
+    var totalMilliseconds: Double
+
+    /// Summarises lateness values (nanoseconds, in any order).
+    init(lateness: UnsafeBufferPointer<Int64>, windowStart: Int64, lastFire: Int64) {
+        let sorted = lateness.sorted()
+        let count = sorted.count
+        func percentile(_ p: Double) -> Double {
+            let rank = max(1, Int((p * Double(count)).rounded(.up)))
+            return Double(sorted[min(rank, count) - 1]) / 1e3
+        }
+        p50Microseconds = percentile(0.50)
+        p99Microseconds = percentile(0.99)
+        maxMicroseconds = Double(sorted[count - 1]) / 1e3
+        totalMilliseconds = Double(lastFire - windowStart) / 1e6
+    }
+}
+
+/// The fire-date offsets of a run: uniform over `[0, window)`, the same for the same seed.
+func timerOffsets(count: Int, window: Int64, seed: UInt64) -> [Int64] {
+    var random = SplitMix64(state: seed)
+    return (0..<count).map { _ in Int64(random.next() % UInt64(window)) }
+}
+
+/// One floor run: the same fire dates as the loop's run of this seed, slept for by a bare libevent base on
+/// this thread. The window starts 5 ms after the dates are ready.
+func timerFloorRun(count: Int, window: Int64, seed: UInt64) -> LatenessSummary {
+    let offsets = timerOffsets(count: count, window: window, seed: seed).sorted()
+    let windowStart = bf_now_ns() + 5_000_000
+    let fireDates = offsets.map { windowStart + $0 }
+    var lateness = [Int64](repeating: 0, count: count)
+    let lastFire = lateness.withUnsafeMutableBufferPointer { buffer in
+        bf_libevent_timers(fireDates, UInt64(count), buffer.baseAddress)
+    }
+    guard lastFire >= 0 else { fatalError("libevent timers floor failed") }
+    return lateness.withUnsafeBufferPointer { LatenessSummary(lateness: $0, windowStart: windowStart, lastFire: lastFire) }
+}
+
+/// What one timers run measured.
+struct TimerRun {
+    var createMicroseconds: Double
+    var addMicroseconds: Double
+    var lateness: LatenessSummary
+    /// Creation plus adds, to size the next run's lead.
+    var setUpNanoseconds: Int64
+    /// How far past the window's start the adds finished (0 if in time).
+    var addsOverranNanoseconds: Int64
+}
+
+/// Fire dates and lateness of every timer, written by the callbacks on the loop's thread.
+final class TimerRecorder: @unchecked Sendable {
+    let fireDates: UnsafeMutableBufferPointer<Int64>
+    let lateness: UnsafeMutableBufferPointer<Int64>
+    var fired = 0
+    var lastFire: Int64 = 0
+
+    init(count: Int) {
+        fireDates = .allocate(capacity: count)
+        lateness = .allocate(capacity: count)
+        lateness.initialize(repeating: .min)
+    }
+
+    deinit {
+        fireDates.deallocate()
+        lateness.deallocate()
+    }
+
+    @inline(__always)
+    func fire(_ index: Int) {
+        let now = bf_now_ns()
+        lateness[index] = now - fireDates[index]
+        fired += 1
+        lastFire = now
+    }
+}
+
+/// A small deterministic generator (SplitMix64), so every run spreads its timers the same way per seed.
+struct SplitMix64 {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// One timers run on a fresh loop thread.
+func timerRun(count: Int, window: Int64, lead: Int64, seed: UInt64) -> TimerRun {
+    let result = SharedValue<TimerRun?>(nil)
+    let thread = JoinableThread {
+        let loop = PortRunLoop.current
+        let recorder = TimerRecorder(count: count)
+        let offsets = timerOffsets(count: count, window: window, seed: seed)
+
+        // The window's start on both clocks: the loop converts `ContinuousClock` instants to CLOCK_MONOTONIC
+        // (bf_now_ns's clock) by their offset from now, so the two are read back to back.
+        let windowStart = bf_now_ns() + lead
+        let windowStartInstant = ContinuousClock.now + .nanoseconds(lead)
+
+        let createStart = bf_now_ns()
+        var timers: [RunLoopTimer] = []
+        timers.reserveCapacity(count)
+        for index in 0..<count {
+            recorder.fireDates[index] = windowStart + offsets[index]
+            timers.append(RunLoopTimer(fireAt: windowStartInstant + .nanoseconds(offsets[index])) { _ in
+                recorder.fire(index)
+            })
+        }
+        let addStart = bf_now_ns()
+        for timer in timers {
+            mustLoop("add timer") { () throws(RunLoopError) in try loop.add(timer, mode: .default) }
+        }
+        let addEnd = bf_now_ns()
+        timers = [] // the loop holds them now; one-shot timers go when they have fired
+
+        loop.run() // returns `finished` when the last timer has fired and left the mode
+        precondition(recorder.fired == count, "timers: \(recorder.fired) of \(count) fired")
+
+        result.value = TimerRun(
+            createMicroseconds: Double(addStart - createStart) / 1e3 / Double(count),
+            addMicroseconds: Double(addEnd - addStart) / 1e3 / Double(count),
+            lateness: LatenessSummary(lateness: UnsafeBufferPointer(recorder.lateness), windowStart: windowStart,
+                                      lastFire: recorder.lastFire),
+            setUpNanoseconds: addEnd - createStart,
+            addsOverranNanoseconds: max(0, addEnd - windowStart))
+    }
+    thread.join()
+    guard let run = result.value else { fatalError("timers run produced no result") }
+    return run
+}
