@@ -6,8 +6,8 @@ extension PortRunLoop {
     public func perform(inModes modes: [Mode] = [.common], _ block: @escaping @Sendable () -> Void) throws(RunLoopError) {
         try withLockThrowing { () throws(RunLoopError) in
             guard !threadExited else { throw .threadExited }
-            for mode in modes where mode != .common { _ = try modeLocked(mode) } // names create modes
-            blocks.append(PendingBlock(modes: Set(modes), block: block))
+            for mode in modes where mode != .common && mode != .default { _ = try modeLocked(mode) } // names create modes
+            blocks.append(PendingBlock(modes: modes, block: block))
         }
     }
 
@@ -17,8 +17,8 @@ extension PortRunLoop {
         wakeUp()
     }
 
-    func blockMatches(_ pending: PendingBlock, _ mode: Mode) -> Bool {
-        pending.modes.contains(mode) || (pending.modes.contains(.common) && commonModes.contains(mode))
+    func blockMatches(_ pending: PendingBlock, _ mode: Mode, modeIsCommon: Bool) -> Bool {
+        (pending.includesCommon && modeIsCommon) || pending.modes.contains(mode)
     }
 
     /// Runs the queued blocks for the mode, in order; others stay queued, in order, ahead of blocks queued
@@ -29,13 +29,14 @@ extension PortRunLoop {
         guard !blocks.isEmpty else { lock.unlock(); return false }
         let taken = blocks
         blocks.removeAll()
-        let matching = taken.map { blockMatches($0, state.name) }
+        let modeIsCommon = commonModes.contains(state.name)
         lock.unlock()
 
+        // Matching needs no lock: a block's modes never change, and a mode's being common is read above.
         var ran = false
         var kept: [PendingBlock] = []
-        for (pending, matches) in zip(taken, matching) {
-            if matches {
+        for pending in taken {
+            if blockMatches(pending, state.name, modeIsCommon: modeIsCommon) {
                 __PORTLOOP_IS_CALLING_OUT_TO_A_BLOCK__(pending.block)
                 ran = true
             } else {

@@ -12,9 +12,6 @@ func __PORTLOOP_IS_SERVICING_THE_MAIN_DISPATCH_QUEUE__() {
 }
 
 extension PortRunLoop {
-    /// Whether this is the process's main loop (`CFRunLoopGetMain`).
-    var isMainLoop: Bool { threadID == mainThreadID() }
-
     /// Whether a run of `mode` that is starting now services the main queue: the main loop, on the main
     /// thread, in a common mode, and not from inside a main-queue callout.
     func servicesMainQueue(_ mode: Mode) -> Bool {

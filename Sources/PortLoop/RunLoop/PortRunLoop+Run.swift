@@ -223,7 +223,7 @@ extension PortRunLoop {
 
         __PORTLOOP_IS_CALLING_OUT_TO_A_TIMER_CALLBACK_FUNCTION__(timer)
 
-        let invalidateNow = lock.withLock { () -> Bool in
+        lock.withLock {
             let oneShot = timer.attachment.lock.withLock { () -> Bool in
                 timer.isFiring = false
                 guard timer.attachment.isValidLocked else { return false }
@@ -236,10 +236,16 @@ extension PortRunLoop {
                     ? .max : steps * timer.intervalNanoseconds)
                 return false
             }
-            if !oneShot { repositionLocked(timer) }
-            return oneShot
+            if oneShot {
+                // Retire it here, under the lock already held, rather than through invalidate().
+                _ = timer.attachment.invalidate()
+                let item = LoopItem.timer(timer)
+                for state in modes.values { _ = removeLocked(item, from: state) }
+                if !commonItems.isEmpty { commonItems.removeAll { $0.identity == item.identity } }
+            } else {
+                repositionLocked(timer)
+            }
         }
-        if invalidateNow { timer.invalidate() }
     }
 
     /// Performs the signalled version-0 sources in ascending order, ties by signal time
@@ -275,7 +281,9 @@ extension PortRunLoop {
     /// Whether a run in this mode has nothing to do. With the lock held.
     func isEmptyLocked(_ state: LoopMode) -> Bool {
         // On the main loop, the main dispatch queue is a source of every common mode.
-        if isMainLoop && commonModes.contains(state.name) { return false }
-        return state.hasNoSourcesOrTimers && !blocks.contains { blockMatches($0, state.name) }
+        guard state.hasNoSourcesOrTimers else { return false }
+        let modeIsCommon = commonModes.contains(state.name)
+        if isMainLoop && modeIsCommon { return false }
+        return !blocks.contains { blockMatches($0, state.name, modeIsCommon: modeIsCommon) }
     }
 }

@@ -20,6 +20,9 @@ import Synchronization
 public final class PortRunLoop: @unchecked Sendable {
     /// The kernel id of the loop's thread.
     let threadID: Int32
+    /// Whether this is the process's main loop (`CFRunLoopGetMain`); fixed at creation, so that passes
+    /// make no getpid call.
+    let isMainLoop: Bool
     /// Guards everything below that is not otherwise marked.
     let lock = PThreadLock()
 
@@ -59,6 +62,7 @@ public final class PortRunLoop: @unchecked Sendable {
 
     init(threadID: Int32) {
         self.threadID = threadID
+        isMainLoop = threadID == mainThreadID()
         // Only out-of-range arguments or an allocation failure can make this throw; neither applies.
         let port = try! PortReceiveRight(queueLimit: 1, maxMessageSize: 1)
         wakeUpPortName = port.name
@@ -201,8 +205,17 @@ public final class PortRunLoop: @unchecked Sendable {
     }
 }
 
-/// A block queued with ``PortRunLoop/perform(inModes:_:)``.
+/// A block queued with ``PortRunLoop/perform(inModes:_:)``. The modes stay an array: usually one or two
+/// names, compared faster than hashed, and queuing a block allocates nothing more than the array.
 struct PendingBlock {
-    let modes: Set<PortRunLoop.Mode>
+    let modes: [PortRunLoop.Mode]
+    /// Whether `modes` holds `.common`, worked out once.
+    let includesCommon: Bool
     let block: @Sendable () -> Void
+
+    init(modes: [PortRunLoop.Mode], block: @escaping @Sendable () -> Void) {
+        self.modes = modes
+        self.includesCommon = modes.contains(.common)
+        self.block = block
+    }
 }
