@@ -109,15 +109,35 @@ extension PortRunLoop {
             return state.timers.wakeDeadline()
         }
         var timeout: Int64 = 0
+        var status = PL_ERR_TIMED_OUT
         if !poll {
             let until = min(deadline, timerWake ?? .max)
-            timeout = until == .max ? PL_TIMEOUT_FOREVER : max(0, until - monotonicNanoseconds())
-            waiting.store(true, ordering: .releasing)
+            status = spin(on: state, until: until, header: &header)
+            if status == PL_ERR_TIMED_OUT {
+                timeout = until == .max ? PL_TIMEOUT_FOREVER : max(0, until - monotonicNanoseconds())
+                waiting.store(true, ordering: .releasing)
+                status = receive(on: state, header: &header, timeout: timeout)
+                waiting.store(false, ordering: .releasing)
+            }
+        } else {
+            status = receive(on: state, header: &header, timeout: 0)
         }
-        let status = receive(on: state, header: &header, timeout: timeout)
-        if !poll { waiting.store(false, ordering: .releasing) }
         lock.withLock { sleepingMode = nil }
         return status
+    }
+
+    /// The low-latency mode: before sleeping, poll the mode's port set for up to ``spinBeforeSleeping``
+    /// (never past `until`). A message that arrives meanwhile is taken without either side making a system
+    /// call: the sender finds no sleeper to wake. Returns `PL_ERR_TIMED_OUT` when nothing came.
+    private func spin(on state: LoopMode, until: Int64, header: inout pl_received_t) -> pl_status_t {
+        let spin = spinNanoseconds.load(ordering: .relaxed)
+        guard spin > 0 else { return PL_ERR_TIMED_OUT }
+        let spinUntil = min(until, monotonicNanoseconds().addingClamped(spin))
+        repeat {
+            let status = receive(on: state, header: &header, timeout: 0)
+            if status != PL_ERR_TIMED_OUT { return status }
+        } while monotonicNanoseconds() < spinUntil
+        return PL_ERR_TIMED_OUT
     }
 
     /// One receive into the loop's buffer, growing it for a larger message (which stays queued meanwhile).

@@ -48,6 +48,23 @@ public final class PortRunLoop: @unchecked Sendable {
 
     /// Whether the loop is asleep (`CFRunLoopIsWaiting`); readable without the lock.
     let waiting = Atomic<Bool>(false)
+    /// How long the loop polls before it sleeps, in nanoseconds; see ``spinBeforeSleeping``.
+    let spinNanoseconds = Atomic<Int64>(0)
+
+    /// The longest ``spinBeforeSleeping`` allowed.
+    public static let maxSpinBeforeSleeping = Duration.milliseconds(10)
+
+    /// The opt-in low-latency mode: how long the loop keeps polling its port set before it goes to sleep
+    /// (no CF equivalent). While it spins, a message reaches it without a wake-up system call on either side,
+    /// at the price of a busy core for that long after each pass. Zero, the default, sleeps at once. Values are
+    /// clamped to 0…``maxSpinBeforeSleeping``. Settable from any thread; takes effect at the next sleep.
+    public var spinBeforeSleeping: Duration {
+        get { .nanoseconds(spinNanoseconds.load(ordering: .relaxed)) }
+        set {
+            let limit = Self.maxSpinBeforeSleeping.nanosecondsClamped
+            spinNanoseconds.store(min(max(0, newValue.nanosecondsClamped), limit), ordering: .relaxed)
+        }
+    }
     /// The loop thread's receive buffer; touched only by that thread.
     var receiveBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 16)
     /// libdispatch's main-queue eventfd once looked up, and the main-queue servicing state; main thread only.
