@@ -37,6 +37,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // portloop-demo (`make demo`); Tests/PortLoopTests/DemoTests.swift runs it as a child process.
         .executableTarget(
             name: "PortLoopDemo",
             dependencies: ["PortLoop"]
@@ -48,7 +49,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PortLoopTests",
-            dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck"]
+            dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopDemo"]
         ),
     ],
     swiftLanguageModes: [.v6]
