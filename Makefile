@@ -5,7 +5,8 @@
 #   build        debug build of the package
 #   test         deps, the whole suite, the suite again under ThreadSanitizer, leakcheck, and a release
 #                build of the Benchmarks package (built, not run, so that it cannot rot)
-#   demo         two threads exchanging messages over ports (release build)
+#   demo         port-driven wake-ups of a run loop, traced live, ~3 s (release build); flags through
+#                DEMO_ARGS, e.g. make demo DEMO_ARGS="--burst 200 --producers 4"
 #   bench        the benchmarks, full runs (release build); bench-quick: fewer iterations
 #   leakcheck    the C send/receive/destroy stress program under AddressSanitizer + LeakSanitizer + UBSan,
 #                then under valgrind when it is installed (stress-valgrind)
@@ -25,6 +26,7 @@ SCRATCH      ?= .build
 TSAN_SCRATCH ?= .build-tsan
 BENCH_SCRATCH ?= Benchmarks/.build-bench
 STRESS_DIR   ?= .build-stress
+DEMO_ARGS    ?=
 
 # libevent for the C stress program: the same libraries the package links (SPEC §8).
 LIBEVENT_CFLAGS = $(shell pkg-config --cflags libevent_core libevent_pthreads 2>/dev/null)
@@ -97,7 +99,7 @@ bench-quick: bench-build
 	$(BENCH_SCRATCH)/release/portloop-bench --quick
 
 demo: deps
-	$(SWIFT) run --scratch-path $(SCRATCH) -c release portloop-demo
+	$(SWIFT) run --scratch-path $(SCRATCH) -c release portloop-demo $(DEMO_ARGS)
 
 clean:
 	rm -rf .build .build-* $(TSAN_SCRATCH) $(STRESS_DIR) Benchmarks/.build Benchmarks/.build-*

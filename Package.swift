@@ -38,6 +38,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // portloop-demo (`make demo`); Tests/PortLoopTests/DemoTests.swift runs it as a child process.
         .executableTarget(
             name: "PortLoopDemo",
             dependencies: ["PortLoop"]
@@ -55,7 +56,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PortLoopTests",
-            dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopEchoDaemon"]
+            dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopEchoDaemon", "PortLoopDemo"]
         ),
     ],
     swiftLanguageModes: [.v6]
