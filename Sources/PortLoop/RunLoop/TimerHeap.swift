@@ -38,9 +38,13 @@ struct TimerHeap {
     /// Every entry, in heap order (not sorted).
     var entries: [Entry] { nodes.map(\.entry) }
 
+    /// Compares two slots by their inline keys, by index so that no node (and its reference) is copied.
     @inline(__always)
-    private static func precedes(_ a: Node, _ b: Node) -> Bool {
-        a.fireDate != b.fireDate ? a.fireDate < b.fireDate : a.sequence < b.sequence
+    private func precedes(_ i: Int, _ j: Int) -> Bool {
+        nodes.withUnsafeBufferPointer { buffer in
+            let a = buffer[i].fireDate, b = buffer[j].fireDate
+            return a != b ? a < b : buffer[i].sequence < buffer[j].sequence
+        }
     }
 
     mutating func insert(_ entry: Entry) {
@@ -97,7 +101,7 @@ struct TimerHeap {
         var child = start
         while child > 0 {
             let parent = (child - 1) / 2
-            guard Self.precedes(nodes[child], nodes[parent]) else { return }
+            guard precedes(child, parent) else { return }
             swapAt(child, parent)
             child = parent
         }
@@ -109,8 +113,8 @@ struct TimerHeap {
         while true {
             let left = 2 * parent + 1, right = left + 1
             var smallest = parent
-            if left < count, Self.precedes(nodes[left], nodes[smallest]) { smallest = left }
-            if right < count, Self.precedes(nodes[right], nodes[smallest]) { smallest = right }
+            if left < count, precedes(left, smallest) { smallest = left }
+            if right < count, precedes(right, smallest) { smallest = right }
             if smallest == parent { return }
             swapAt(parent, smallest)
             parent = smallest
