@@ -11,28 +11,12 @@ import Musl
 /// its pending blocks when its thread exits) carries a ``Sentinel``: when the last reference to it goes
 /// without a value having been delivered, the waiter is released with nil instead of waiting forever.
 ///
-/// On a pthread mutex and condition, not `Synchronization.Mutex`, so ThreadSanitizer sees it (SPEC §8).
+/// On ``MonotonicCondition`` (a pthread mutex and condition), not `Synchronization.Mutex`, so ThreadSanitizer
+/// sees it (SPEC §8).
 final class Completion<Value: Sendable>: @unchecked Sendable {
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private let condition: UnsafeMutablePointer<pthread_cond_t>
-    /// nil while pending; `.some(nil)` when dropped unrun; `.some(value)` when finished.
+    private let condition = MonotonicCondition()
+    /// nil while pending; `.some(nil)` when dropped unrun; `.some(value)` when finished. Guarded by `condition`.
     private var outcome: Value??
-
-    init() {
-        mutex = .allocate(capacity: 1)
-        mutex.initialize(to: pthread_mutex_t())
-        pthread_mutex_init(mutex, nil)
-        condition = .allocate(capacity: 1)
-        condition.initialize(to: pthread_cond_t())
-        pthread_cond_init(condition, nil)
-    }
-
-    deinit {
-        pthread_cond_destroy(condition)
-        condition.deallocate()
-        pthread_mutex_destroy(mutex)
-        mutex.deallocate()
-    }
 
     /// Delivers the value and wakes the waiter. Returns false if an outcome was delivered already.
     @discardableResult
@@ -43,28 +27,24 @@ final class Completion<Value: Sendable>: @unchecked Sendable {
     func abandon() -> Bool { deliver(.none) }
 
     private func deliver(_ value: Value?) -> Bool {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        guard outcome == nil else { return false }
-        outcome = .some(value)
-        pthread_cond_broadcast(condition)
-        return true
+        condition.withLock {
+            guard outcome == nil else { return false }
+            outcome = .some(value)
+            condition.broadcast()
+            return true
+        }
     }
 
     /// Blocks until an outcome is delivered: the value, or nil if the work was abandoned.
     func wait() -> Value? {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        while outcome == nil { pthread_cond_wait(condition, mutex) }
-        return outcome!
+        condition.withLock {
+            while outcome == nil { condition.wait() }
+            return outcome!
+        }
     }
 
     /// Whether an outcome was delivered.
-    var isDone: Bool {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return outcome != nil
-    }
+    var isDone: Bool { condition.withLock { outcome != nil } }
 
     /// Abandons the completion when released, unless it was finished first. Capture it in the queued
     /// closure: the closure is released after it runs (the completion is finished by then, so nothing

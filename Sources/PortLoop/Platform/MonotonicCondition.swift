@@ -47,6 +47,9 @@ final class MonotonicCondition: @unchecked Sendable {
     /// Wakes one waiter. Call with the mutex held, so that a waiter cannot miss it between its check and its wait.
     func signal() { pthread_cond_signal(condition) }
 
+    /// Wakes every waiter; with the mutex held, as `signal()`.
+    func broadcast() { pthread_cond_broadcast(condition) }
+
     /// Waits, with the mutex held, until signalled (or woken spuriously: callers re-check their predicate).
     func wait() { pthread_cond_wait(condition, mutex) }
 
