@@ -1,9 +1,3 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
-
 /// A value handed once from one thread to another that waits for it: the outcome of a block queued on a
 /// loop's thread (`performSelector:onThread:…waitUntilDone:YES`), or a new thread's start-up report.
 ///
