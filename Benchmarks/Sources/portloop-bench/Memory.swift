@@ -79,6 +79,7 @@ struct Footprint {
 /// Runs `make` (which creates `count` things and returns something that holds them), measures the deltas
 /// while they exist, then drops them.
 func footprint<Holder>(count: Int, _ make: () -> Holder) -> Footprint {
+    let threadsBefore = threadCount()
     bs_heap_trim()
     let heapBefore = bs_heap_in_use(), residentBefore = bs_resident_bytes()
     let descriptorsBefore = openDescriptorCount() ?? 0
@@ -87,6 +88,13 @@ func footprint<Holder>(count: Int, _ make: () -> Holder) -> Footprint {
     let descriptorsAfter = openDescriptorCount() ?? 0
     withExtendedLifetime(holder) {}
     holder = nil
+    // Threads that were told to stop may still be exiting (NIO's shutdown returns before its threads have
+    // run their exit handlers): wait for them, or the next figure sees their memory go.
+    var waited = 0
+    while threadCount() > threadsBefore && waited < 5_000 {
+        usleep(1_000)
+        waited += 1
+    }
     let perItem = { (before: UInt64, after: UInt64) in (Double(after) - Double(before)) / Double(count) }
     return Footprint(heap: perItem(heapBefore, heapAfter), resident: perItem(residentBefore, residentAfter),
                      descriptors: Double(descriptorsAfter - descriptorsBefore) / Double(count))
@@ -244,4 +252,13 @@ func waitUntilAsleep(_ loop: PortRunLoop) {
 /// Waits until a CF loop sleeps (`CFRunLoopIsWaiting`).
 func waitUntilAsleep(_ loop: CFLoop) {
     while !CFRunLoopIsWaiting(loop.loop) { usleep(100) }
+}
+
+/// How many threads the process has (entries of /proc/self/task), or 0 if that cannot be read.
+func threadCount() -> Int {
+    guard let directory = opendir("/proc/self/task") else { return 0 }
+    defer { closedir(directory) }
+    var count = 0
+    while readdir(directory) != nil { count += 1 }
+    return count - 2 // "." and ".."
 }

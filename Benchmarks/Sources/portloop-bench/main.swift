@@ -69,7 +69,9 @@ if selected.isEmpty { selected = allScenarios }
 // first time a loop is used; do that now, so that the scenarios' descriptor checks see only what a run leaks.
 CFLoopThread().stop()
 NIOLoops(threads: 1).shutDown()
-DispatchQueue(label: "portloop-bench.prime").sync {}
+let primed = Latch<Bool>()
+DispatchQueue(label: "portloop-bench.prime").async { primed.set(true) } // async: starts libdispatch's workers
+_ = primed.wait()
 
 var results: [(scenario: String, rows: [Row])] = []
 for scenario in selected {
