@@ -95,6 +95,15 @@ func footprint<Holder>(count: Int, _ make: () -> Holder) -> Footprint {
         usleep(1_000)
         waited += 1
     }
+    // And for the heap to settle: unchanged over 20 ms (at most 2 s), so that memory another thread frees
+    // late is not charged to the next figure.
+    var heap = bs_heap_in_use(), steady = 0
+    for _ in 0..<2_000 where steady < 20 {
+        usleep(1_000)
+        let now = bs_heap_in_use()
+        steady = now == heap ? steady + 1 : 0
+        heap = now
+    }
     let perItem = { (before: UInt64, after: UInt64) in (Double(after) - Double(before)) / Double(count) }
     return Footprint(heap: perItem(heapBefore, heapAfter), resident: perItem(residentBefore, residentAfter),
                      descriptors: Double(descriptorsAfter - descriptorsBefore) / Double(count))
