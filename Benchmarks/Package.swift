@@ -9,6 +9,8 @@ let package = Package(
     name: "PortLoopBenchmarks",
     dependencies: [
         .package(name: "PortLoop", path: "../"),
+        // A peer, for the benchmarks only: SwiftNIO's EventLoop (NIOPosix's MultiThreadedEventLoopGroup).
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
     ],
     targets: [
         // Raw C floors: the same workloads written directly on eventfds and libevent, so that each
@@ -23,13 +25,26 @@ let package = Package(
                 .linkedLibrary("pthread"),
             ]
         ),
+        // Measuring helpers: an allocation counter (malloc and its siblings defined in the executable, ELF
+        // symbol interposition, no LD_PRELOAD, forwarding to glibc's __libc_*), heap and RSS figures, and
+        // per-thread CPU time and context switches.
+        .target(
+            name: "CBenchSupport",
+            path: "Sources/CBenchSupport",
+            publicHeadersPath: "include"
+        ),
         .executableTarget(
             name: "portloop-bench",
             dependencies: [
                 .product(name: "PortLoop", package: "PortLoop"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 "CBenchFloors",
+                "CBenchSupport",
             ],
-            path: "Sources/portloop-bench"
+            path: "Sources/portloop-bench",
+            // CoreFoundation (a peer: CFRunLoop) lives in the toolchain's libFoundation on Linux.
+            linkerSettings: [.linkedLibrary("Foundation")]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -6,7 +6,7 @@ import Musl
 import CBenchFloors
 import PortLoop
 
-// Helpers shared by the run loop scenarios (`looppingpong`, `loopthroughput`, `timers`).
+// Helpers shared by the run loop scenarios.
 
 /// A one-shot hand-over of a value between threads: `set` once, `wait` blocks until it is set.
 final class Latch<Value>: @unchecked Sendable {
@@ -114,11 +114,4 @@ func checkingDescriptors<T>(_ scenario: String, _ body: () -> T) -> T {
         printError("warning: \(scenario): \(after - before) more open descriptors after the runs than before (\(before) → \(after))")
     }
     return result
-}
-
-/// A row whose ratio is to a fixed ideal value rather than to a measured floor.
-extension Row {
-    mutating func addRatio(toIdeal ideal: Double, label: String) {
-        ratios.append((label, value / ideal))
-    }
 }

@@ -1,13 +1,13 @@
 /// The plain-text table of one scenario.
 func renderTable(scenario: Scenario, rows: [Row], settings: Settings) -> String {
-    let header = ["name", "value", "unit", "min … max", "ratio (value ÷ floor)"]
+    let header = ["name", "value", "unit", "min … max", "ratio (ours ÷ peer)"]
     let cells: [[String]] = rows.map { row in
         [
             row.name,
             formatNumber(row.value, decimals: row.decimals),
             row.unit,
             row.spread.map { "\(formatNumber($0.min, decimals: row.decimals)) … \(formatNumber($0.max, decimals: row.decimals))" } ?? "",
-            row.ratios.map { "\(formatNumber($0.ratio, decimals: 2))× \($0.floor)" }.joined(separator: "  "),
+            row.ratios.map { "\(formatRatio($0.ratio))× \($0.peer)" }.joined(separator: "  "),
         ]
     }
     var widths = header.map(\.count)
@@ -34,17 +34,34 @@ func renderTable(scenario: Scenario, rows: [Row], settings: Settings) -> String 
     return text
 }
 
-/// One JSON object per row: `{"scenario": …, "name": …, "value": …, "unit": …}`, in an array.
+/// One JSON object per row, in an array:
+/// `{"scenario", "name", "kind", "value", "unit", "min", "max", "runs", "ratios": {peer: ours ÷ peer}}`
+/// (`min`, `max` and `runs` are null for a row that is not a median of runs; see Benchmarks/README.md).
 func renderJSON(_ results: [(scenario: String, rows: [Row])]) -> String {
     var objects: [String] = []
     for (scenario, rows) in results {
         for row in rows {
-            let value = row.value.isFinite ? "\(row.value)" : "null"
+            let ratios = row.ratios.map { "\(jsonString($0.peer)): \(jsonNumber($0.ratio))" }.joined(separator: ", ")
             objects.append("  {\"scenario\": \(jsonString(scenario)), \"name\": \(jsonString(row.name)), "
-                + "\"value\": \(value), \"unit\": \(jsonString(row.unit))}")
+                + "\"kind\": \(jsonString(row.kind.rawValue)), \"value\": \(jsonNumber(row.value)), "
+                + "\"unit\": \(jsonString(row.unit)), \"min\": \(row.spread.map { jsonNumber($0.min) } ?? "null"), "
+                + "\"max\": \(row.spread.map { jsonNumber($0.max) } ?? "null"), "
+                + "\"runs\": \(row.runs.map { "\($0)" } ?? "null"), \"ratios\": {\(ratios)}}")
         }
     }
     return objects.isEmpty ? "[]" : "[\n" + objects.joined(separator: ",\n") + "\n]"
+}
+
+/// A JSON number, or null if it is not finite.
+func jsonNumber(_ value: Double) -> String { value.isFinite ? "\(value)" : "null" }
+
+/// A ratio with two decimals, or three significant digits when it is small.
+func formatRatio(_ ratio: Double) -> String {
+    guard ratio.isFinite, ratio != 0, abs(ratio) < 0.1 else { return formatNumber(ratio, decimals: 2) }
+    var decimals = 2
+    var scaled = abs(ratio)
+    while scaled < 0.1 && decimals < 8 { scaled *= 10; decimals += 1 }
+    return formatNumber(ratio, decimals: decimals)
 }
 
 /// A JSON string literal.

@@ -8,36 +8,48 @@ import PortLoop
 
 /// `pingpong`: round-trip latency between two threads, in nanoseconds per round trip.
 ///
-/// Thread A sends an 8-byte message on port P1; thread B receives it and sends it back on P2; A receives
-/// it on P2. Each thread sleeps between messages, so every round trip pays two cross-thread wake-ups.
-/// Floors: the same ping-pong over bare eventfds, and over two libevent bases woken through eventfds.
+/// Every variant bounces one token between two threads that sleep between messages, so each round trip
+/// pays two cross-thread wake-ups. PortLoop's run loop (two loop threads, see PingPongLoops.swift):
+/// Source1 ports, and `performAndWakeUp` blocks. Peers, in the same rounds: CFRunLoop with
+/// `CFRunLoopPerformBlock` + `CFRunLoopWakeUp`, CFRunLoop with a version-0 source signalled + woken, and
+/// SwiftNIO's `EventLoop.execute` between two event loops. PortLoop's ports without a loop: a thread blocked
+/// receiving on the port, and on a one-port `PortSet` (what a loop sleeps in). C floors: two blocking
+/// eventfds, and one libevent base per thread woken through an eventfd.
 let pingPongScenario = Scenario(
     name: "pingpong",
-    summary: "round trip between two threads, 8-byte payload"
+    summary: "round trip between two threads: run loops (ours, CF, NIO), ports, C floors"
 ) { settings in
-    let roundTrips = settings.quick ? 10_000 : 100_000
+    let roundTrips = settings.quick ? 5_000 : 50_000
     let warmup = settings.quick ? 200 : 1_000
 
-    let samples = measureInterleaved(runs: settings.runs, [
-        { portPingPong(warmup: warmup, roundTrips: roundTrips, viaSet: false) },
-        { portPingPong(warmup: warmup, roundTrips: roundTrips, viaSet: true) },
-        { floorNanoseconds("eventfd ping-pong", bf_eventfd_pingpong(UInt64(warmup), UInt64(roundTrips)),
-                           per: roundTrips) },
-        { floorNanoseconds("libevent ping-pong", bf_libevent_pingpong(UInt64(warmup), UInt64(roundTrips)),
-                           per: roundTrips) },
-    ])
-    let unit = "ns/round trip"
-    let eventfdFloor = Row(name: "C floor: eventfd, blocking read/write", sample: samples[2], unit: unit)
-    let libeventFloor = Row(name: "C floor: libevent base per thread", sample: samples[3], unit: unit)
-    var rows = [
-        Row(name: "ports: receive(into:) on the port", sample: samples[0], unit: unit),
-        Row(name: "ports: PortSet.receive", sample: samples[1], unit: unit),
-    ]
-    for index in rows.indices {
-        rows[index].addRatio(to: eventfdFloor, label: "eventfd")
-        rows[index].addRatio(to: libeventFloor, label: "libevent")
+    let samples = checkingDescriptors("pingpong") {
+        measureInterleaved(runs: settings.runs, [
+            { loopSource1PingPong(warmup: warmup, roundTrips: roundTrips) },
+            { loopBlockPingPong(warmup: warmup, roundTrips: roundTrips) },
+            { cfBlockPingPong(warmup: warmup, roundTrips: roundTrips) },
+            { cfSource0PingPong(warmup: warmup, roundTrips: roundTrips) },
+            { nioPingPong(warmup: warmup, roundTrips: roundTrips) },
+            { portPingPong(warmup: warmup, roundTrips: roundTrips, viaSet: false) },
+            { portPingPong(warmup: warmup, roundTrips: roundTrips, viaSet: true) },
+            { floorNanoseconds("eventfd ping-pong", bf_eventfd_pingpong(UInt64(warmup), UInt64(roundTrips)),
+                               per: roundTrips) },
+            { floorNanoseconds("libevent ping-pong", bf_libevent_pingpong(UInt64(warmup), UInt64(roundTrips)),
+                               per: roundTrips) },
+        ])
     }
-    return rows + [eventfdFloor, libeventFloor]
+    let unit = "ns/round trip"
+    return [
+        Row(.ours, "loop: Source1 port → Source1 port", sample: samples[0], unit: unit),
+        Row(.ours, "loop: performAndWakeUp → performAndWakeUp", sample: samples[1], unit: unit),
+        Row(.peer, "CF: CFRunLoopPerformBlock + CFRunLoopWakeUp", sample: samples[2], unit: unit, short: "CF blocks"),
+        Row(.peer, "CF: Source0 CFRunLoopSourceSignal + CFRunLoopWakeUp", sample: samples[3], unit: unit,
+            short: "CF source0"),
+        Row(.peer, "NIO: EventLoop.execute → execute", sample: samples[4], unit: unit, short: "NIO"),
+        Row(.ours, "ports: receive(into:) on the port (no loop)", sample: samples[5], unit: unit),
+        Row(.ours, "ports: PortSet.receive(into:) (no loop)", sample: samples[6], unit: unit),
+        Row(.floor, "C floor: eventfd, blocking read/write", sample: samples[7], unit: unit, short: "eventfd"),
+        Row(.floor, "C floor: libevent base per thread", sample: samples[8], unit: unit, short: "libevent"),
+    ].withPeerRatios()
 }
 
 /// Converts a floor's elapsed time to nanoseconds per iteration; a failed floor ends the program.

@@ -29,3 +29,14 @@ func measureInterleaved(runs: Int, _ variants: [() -> Double]) -> [Sample] {
     }
     return samples
 }
+
+/// Side figures of interleaved runs (wake-ups per message, a producer's own time…), by name: each run
+/// records its values, and the first run's (the discarded warm-up round) are dropped.
+final class SideFigures {
+    private var values: [String: [Double]] = [:]
+
+    func record(_ name: String, _ value: Double) { values[name, default: []].append(value) }
+
+    /// The measured runs' values of `name` (warm-up dropped).
+    func sample(_ name: String) -> Sample { Sample(values: Array((values[name] ?? []).dropFirst())) }
+}

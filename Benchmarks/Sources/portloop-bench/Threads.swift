@@ -72,8 +72,8 @@ enum Inbox: Sendable {
         return nil
     }
 
-    /// Waits for the next message and copies its payload into `buffer`, which it must fit.
-    /// On a port this allocates nothing; `PortSet.receive` returns the payload as a new array.
+    /// Waits for the next message and copies its payload into `buffer`, which it must fit. Allocates
+    /// nothing: on a port `PortReceiveRight.receive(into:)`, on a set `PortSet.receive(into:)`.
     @inline(__always)
     func receive(into buffer: UnsafeMutableRawBufferPointer) {
         switch self {
@@ -82,11 +82,55 @@ enum Inbox: Sendable {
                 try shared.right.receive(into: buffer, timeout: .forever)
             }
         case let .set(set, _):
-            let event = must("PortSet.receive") { () throws(PortError) in
-                try set.receive(timeout: .forever, maxSize: buffer.count)
+            let event = must("PortSet.receive(into:)") { () throws(PortError) in
+                try set.receive(into: buffer, timeout: .forever)
             }
-            guard case let .message(message) = event else { fatalError("unexpected descriptor event") }
-            message.payload.withUnsafeBytes { buffer.copyMemory(from: $0) }
+            guard case .message = event else { fatalError("unexpected descriptor event") }
         }
+    }
+}
+
+/// Many receive rights held together: a receive right is `~Copyable`, so there is no `Array` of them; this
+/// final class owns a buffer of them instead, allocated up front (so that filling it allocates nothing but
+/// the ports) and destroys them when it goes.
+final class ReceiveRights: @unchecked Sendable {
+    private let base: UnsafeMutablePointer<PortReceiveRight>
+    let capacity: Int
+    private(set) var count = 0
+
+    init(capacity: Int) {
+        self.capacity = capacity
+        base = .allocate(capacity: capacity)
+    }
+
+    /// Creates `count` ports with the given limits.
+    convenience init(count: Int, queueLimit: Int = PortReceiveRight.defaultQueueLimit) {
+        self.init(capacity: count)
+        for _ in 0..<count {
+            append(must("PortReceiveRight") { () throws(PortError) in try PortReceiveRight(queueLimit: queueLimit) })
+        }
+    }
+
+    func append(_ right: consuming PortReceiveRight) {
+        precondition(count < capacity, "ReceiveRights is full")
+        (base + count).initialize(to: right)
+        count += 1
+    }
+
+    /// Lends the right at `index` to `body`.
+    func with<T>(_ index: Int, _ body: (borrowing PortReceiveRight) throws(PortError) -> T) -> T {
+        precondition(index < count)
+        return must("port \(index)") { () throws(PortError) in try body(base[index]) }
+    }
+
+    /// Destroys every port now (dropping the object does the same).
+    func removeAll() {
+        base.deinitialize(count: count)
+        count = 0
+    }
+
+    deinit {
+        base.deinitialize(count: count)
+        base.deallocate()
     }
 }

@@ -1,45 +1,52 @@
 import CBenchFloors
 import PortLoop
 
-/// `timers`: many one-shot `RunLoopTimer`s, fire dates spread uniformly at random over a 50 ms window.
+/// `timers`: many one-shot timers, fire dates spread uniformly at random over a 50 ms window.
 ///
 /// On a fresh loop thread, before the loop runs: create the timers (closure per timer), add them all to the
-/// default mode (µs per add), then run the loop; it returns `finished` once the last one-shot timer has
-/// fired. Each callback records its lateness: the time it was called minus its fire date. Reported per
-/// size (1,000, 10,000, 100,000 timers): creation and add cost, lateness p50/p99/max, and the time from
-/// the window's start to the last callback against the ideal 50 ms. Floor, in the same rounds: the same fire
-/// dates slept for by one libevent base with a re-armed timer event, as a loop sleeps
-/// (`bf_libevent_timers.c`): what the kernel, the hypervisor and libevent cost by themselves.
+/// default mode (µs per add), then run the loop until the last has fired. Each callback records its lateness:
+/// the time it was called minus its fire date. Reported per size (1,000, 10,000, 100,000 timers): creation and
+/// add cost, lateness p50/p99/max, and the time from the window's start to the last callback against the
+/// ideal 50 ms. Ours: `RunLoopTimer`s on a `PortRunLoop`. Peers, in the same rounds, with the same fire dates:
+/// CFRunLoop (`CFRunLoopTimerCreateWithHandler` + `CFRunLoopAddTimer` on a CF loop thread, tolerance 0) and
+/// SwiftNIO (`EventLoop.scheduleTask(deadline:)` on a one-thread group, called on the loop: creation and
+/// scheduling are one call there, so NIO has a "create + add" row only). Floor: the same fire dates slept
+/// for by one libevent base with a re-armed timer event, as a loop sleeps (`bf_libevent_timers.c`): what
+/// the kernel, the hypervisor and libevent cost by themselves.
 ///
-/// The window starts after a lead time long enough for the adds (twice the previous run's creation and
-/// add time, plus 5 ms), so that no timer is already due when the loop starts; a run whose adds overran
-/// the lead says so on standard error (its lateness then includes the overrun).
+/// Each implementation's window starts after a lead time long enough for its adds (twice its previous run's
+/// creation and add time, plus 5 ms), so that no timer is already due when the loop starts; a run whose adds
+/// overran the lead says so on standard error (its lateness then includes the overrun).
 let timersScenario = Scenario(
     name: "timers",
-    summary: "one-shot timers spread over 50 ms: add cost, firing lateness"
+    summary: "one-shot timers spread over 50 ms: add cost, firing lateness (ours, CF, NIO, libevent floor)"
 ) { settings in
     let sizes = [1_000, 10_000, 100_000]
     let window: Int64 = 50_000_000
+    let implementations: [(name: String, run: (Int, Int64, Int64, UInt64) -> TimerRun)] = [
+        ("loop", { timerRun(count: $0, window: $1, lead: $2, seed: $3) }),
+        ("CF", { cfTimerRun(count: $0, window: $1, lead: $2, seed: $3) }),
+        ("NIO", { nioTimerRun(count: $0, window: $1, lead: $2, seed: $3) }),
+    ]
     // First (discarded) round: a generous guess of 4 µs per timer.
-    var leads = sizes.map { Int64($0) * 4_000 + 5_000_000 }
-    var results = [[TimerRun]](repeating: [], count: sizes.count)
+    var leads = implementations.map { _ in sizes.map { Int64($0) * 4_000 + 5_000_000 } }
+    var results = implementations.map { _ in [[TimerRun]](repeating: [], count: sizes.count) }
     var floors = [[LatenessSummary]](repeating: [], count: sizes.count)
 
     checkingDescriptors("timers") {
         for round in 0...settings.runs {
             for (index, size) in sizes.enumerated() {
-                let run = timerRun(count: size, window: window, lead: leads[index],
-                                   seed: UInt64(round) &* 0x9E37_79B9 &+ UInt64(size))
-                if run.addsOverranNanoseconds > 0 && round > 0 {
-                    printError("warning: timers: \(size) adds overran the lead by \(Double(run.addsOverranNanoseconds) / 1e6) ms; lateness includes it")
+                let seed = UInt64(round) &* 0x9E37_79B9 &+ UInt64(size)
+                for (which, implementation) in implementations.enumerated() {
+                    let run = implementation.run(size, window, leads[which][index], seed)
+                    if run.addsOverranNanoseconds > 0 && round > 0 {
+                        printError("warning: timers: \(implementation.name), \(size) adds overran the lead by \(Double(run.addsOverranNanoseconds) / 1e6) ms; lateness includes it")
+                    }
+                    leads[which][index] = 2 * run.setUpNanoseconds + 5_000_000
+                    if round > 0 { results[which][index].append(run) }
                 }
-                leads[index] = 2 * run.setUpNanoseconds + 5_000_000
-                let floor = timerFloorRun(count: size, window: window,
-                                          seed: UInt64(round) &* 0x9E37_79B9 &+ UInt64(size))
-                if round > 0 {
-                    results[index].append(run)
-                    floors[index].append(floor)
-                }
+                let floor = timerFloorRun(count: size, window: window, seed: seed)
+                if round > 0 { floors[index].append(floor) }
             }
         }
     }
@@ -47,33 +54,35 @@ let timersScenario = Scenario(
     var rows: [Row] = []
     let ideal = Double(window) / 1e6
     for (index, size) in sizes.enumerated() {
-        let runs = results[index]
         let label = size >= 1_000 ? "\(size / 1_000)k timers" : "\(size) timers"
-        func sample(_ value: (TimerRun) -> Double) -> Sample { Sample(values: runs.map(value)) }
-        func floorSample(_ value: (LatenessSummary) -> Double) -> Sample { Sample(values: floors[index].map(value)) }
-        let floorRows = [
-            Row(name: "\(label): C floor: libevent timer, lateness p50", sample: floorSample(\.p50Microseconds), unit: "µs"),
-            Row(name: "\(label): C floor: libevent timer, lateness p99", sample: floorSample(\.p99Microseconds), unit: "µs"),
-            Row(name: "\(label): C floor: libevent timer, lateness max", sample: floorSample(\.maxMicroseconds), unit: "µs"),
-            Row(name: "\(label): C floor: libevent timer, window start → last fire",
-                sample: floorSample(\.totalMilliseconds), unit: "ms", decimals: 2),
-        ]
-        rows.append(Row(name: "\(label): create RunLoopTimer", sample: sample(\.createMicroseconds),
-                        unit: "µs/timer", decimals: 3))
-        rows.append(Row(name: "\(label): add to the loop", sample: sample(\.addMicroseconds),
-                        unit: "µs/add", decimals: 3))
-        var loopRows = [
-            Row(name: "\(label): lateness p50", sample: sample(\.lateness.p50Microseconds), unit: "µs"),
-            Row(name: "\(label): lateness p99", sample: sample(\.lateness.p99Microseconds), unit: "µs"),
-            Row(name: "\(label): lateness max", sample: sample(\.lateness.maxMicroseconds), unit: "µs"),
-            Row(name: "\(label): window start → last fire", sample: sample(\.lateness.totalMilliseconds),
-                unit: "ms", decimals: 2),
-        ]
-        for row in loopRows.indices { loopRows[row].addRatio(to: floorRows[row], label: "libevent") }
-        loopRows[3].addRatio(toIdeal: ideal, label: "ideal \(window / 1_000_000) ms")
-        var floorTotal = floorRows[3]
-        floorTotal.addRatio(toIdeal: ideal, label: "ideal \(window / 1_000_000) ms")
-        rows += loopRows + floorRows.dropLast() + [floorTotal]
+        var sizeRows: [Row] = []
+        func add(_ metric: String, unit: String, decimals: Int, create: Bool = false, nio: Bool = true,
+                 floor: ((LatenessSummary) -> Double)? = nil, _ value: (TimerRun) -> Double) {
+            for (which, implementation) in implementations.enumerated() where nio || implementation.name != "NIO" {
+                let sample = Sample(values: results[which][index].map(value))
+                let kind: Row.Kind = which == 0 ? .ours : .peer
+                sizeRows.append(Row(kind, "\(label): \(implementation.name): \(metric)", sample: sample, unit: unit,
+                                    decimals: decimals, short: implementation.name, key: "\(label) \(metric)"))
+            }
+            if let floor {
+                sizeRows.append(Row(.floor, "\(label): C floor: libevent timer, \(metric)",
+                                    sample: Sample(values: floors[index].map(floor)), unit: unit, decimals: decimals,
+                                    short: "libevent", key: "\(label) \(metric)"))
+            }
+        }
+        add("create + add", unit: "µs/timer", decimals: 3) { $0.createAndAddMicroseconds }
+        add("add to the loop", unit: "µs/add", decimals: 3, nio: false) { $0.addMicroseconds }
+        add("lateness p50", unit: "µs", decimals: 1, floor: \.p50Microseconds) { $0.lateness.p50Microseconds }
+        add("lateness p99", unit: "µs", decimals: 1, floor: \.p99Microseconds) { $0.lateness.p99Microseconds }
+        add("lateness max", unit: "µs", decimals: 1, floor: \.maxMicroseconds) { $0.lateness.maxMicroseconds }
+        add("window start → last fire", unit: "ms", decimals: 2, floor: \.totalMilliseconds) {
+            $0.lateness.totalMilliseconds
+        }
+        sizeRows = sizeRows.withPeerRatios()
+        for row in sizeRows.indices where sizeRows[row].unit == "ms" {
+            sizeRows[row].addRatio(toIdeal: ideal, label: "ideal \(window / 1_000_000) ms")
+        }
+        rows += sizeRows
     }
     return rows
 }
@@ -125,6 +134,8 @@ struct TimerRun {
     var createMicroseconds: Double
     var addMicroseconds: Double
     var lateness: LatenessSummary
+    /// Creation and adds together, per timer.
+    var createAndAddMicroseconds: Double { createMicroseconds + addMicroseconds }
     /// Creation plus adds, to size the next run's lead.
     var setUpNanoseconds: Int64
     /// How far past the window's start the adds finished (0 if in time).

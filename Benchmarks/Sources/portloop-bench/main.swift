@@ -1,6 +1,7 @@
-// portloop-bench: PortLoop's benchmarks against raw C floors. See Benchmarks/README.md.
+// portloop-bench: PortLoop's benchmarks beside CFRunLoop, SwiftNIO, libdispatch and raw C floors.
+// See Benchmarks/README.md.
 //
-//   portloop-bench [--quick] [--json] [--list] [scenario ...]
+//   portloop-bench [--quick] [--json] [--runs N] [--list] [scenario ...]
 //
 // Scenarios are selected by name (all of them by default, in registry order; see Registry.swift).
 #if canImport(Glibc)
@@ -8,6 +9,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import Dispatch
 
 /// Writes a line to standard error (progress and errors; standard output stays clean for --json).
 func printError(_ text: String) {
@@ -16,9 +18,11 @@ func printError(_ text: String) {
 }
 
 let usage = """
-    usage: portloop-bench [--quick] [--json] [--list] [scenario ...]
-      --quick   fewer iterations per run (a smoke test; figures are noisier)
-      --json    print a JSON array of {scenario, name, value, unit} instead of tables
+    usage: portloop-bench [--quick] [--json] [--runs N] [--list] [scenario ...]
+      --quick   fewer iterations per run: every scenario in under 2 minutes (figures are noisier)
+      --json    print a JSON array of {scenario, name, kind, value, unit, min, max, runs, ratios}
+                instead of tables (keys: Benchmarks/README.md)
+      --runs N  measured runs per figure, each figure being their median (default 5)
       --list    list the scenarios and exit
     scenarios: \(allScenarios.map(\.name).joined(separator: ", ")) (all by default)
     """
@@ -26,9 +30,16 @@ let usage = """
 var settings = Settings()
 var json = false
 var selectedNames: [String] = []
-for argument in CommandLine.arguments.dropFirst() {
+var arguments = CommandLine.arguments.dropFirst()
+while let argument = arguments.popFirst() {
     switch argument {
     case "--quick": settings.quick = true
+    case "--runs":
+        guard let text = arguments.popFirst(), let runs = Int(text), runs >= 1 else {
+            printError("--runs needs a whole number of at least 1\n\(usage)")
+            exit(2)
+        }
+        settings.runs = runs
     case "--json": json = true
     case "--list":
         for scenario in allScenarios { print("\(scenario.name)\t\(scenario.summary)") }
@@ -53,6 +64,14 @@ for name in selectedNames {
     selected.append(scenario)
 }
 if selected.isEmpty { selected = allScenarios }
+
+// CoreFoundation, SwiftNIO and libdispatch each open a few descriptors once per process (process-wide state) the
+// first time a loop is used; do that now, so that the scenarios' descriptor checks see only what a run leaks.
+CFLoopThread().stop()
+NIOLoops(threads: 1).shutDown()
+let primed = Latch<Bool>()
+DispatchQueue(label: "portloop-bench.prime").async { primed.set(true) } // async: starts libdispatch's workers
+_ = primed.wait()
 
 var results: [(scenario: String, rows: [Row])] = []
 for scenario in selected {

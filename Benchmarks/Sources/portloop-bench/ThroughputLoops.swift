@@ -1,76 +1,17 @@
 import CBenchFloors
+import CoreFoundation
+import Dispatch
+import NIOCore
+import NIOPosix
 import PortLoop
 
-/// `loopthroughput`: one producer thread feeding one run loop thread, in messages (or blocks) per second.
-///
-/// - Source1: the producer sends 8-byte messages (send timeout `.forever`) to a `RunLoopPortSource` with
-///   queue limit 1024; the loop's handler counts them and stops the loop at the last.
-/// - blocks: the producer calls `performAndWakeUp` with a closure that increments a counter; the loop
-///   stops when the counter reaches the count. Blocks queue without bound, so the producer never waits;
-///   its own cost per call is reported too.
-/// Each loop counts its `afterWaiting` activities with an observer: one per pass that went to receive with
-/// a sleep allowed (the receive returns at once if something is queued already), so per message they show
-/// how many messages a pass handles (up to 64 queued messages, and every queued block, per pass).
-/// Beside them, measured in the same run: the `throughput` scenario's `PortSet.receive` consumer (the port
-/// layer without the loop) and its C floor, one eventfd write per message.
-let loopThroughputScenario = Scenario(
-    name: "loopthroughput",
-    summary: "one producer to one run loop: Source1 messages (queue limit 1024), performAndWakeUp blocks"
-) { settings in
-    let messages = settings.quick ? 200_000 : 2_000_000
-    let perSecond = { (seconds: Double) in Double(messages) / seconds }
-
-    // Per-run extras, one per round (the first round is the discarded warm-up).
-    var source1Sleeps: [Double] = []
-    var blockSleeps: [Double] = []
-    var producerNanoseconds: [Double] = []
-    let samples = checkingDescriptors("loopthroughput") {
-        measureInterleaved(runs: settings.runs, [
-            {
-                let run = loopSource1Throughput(messages: messages)
-                source1Sleeps.append(Double(run.sleeps) / Double(messages))
-                return perSecond(run.seconds)
-            },
-            {
-                let run = loopBlockThroughput(blocks: messages)
-                blockSleeps.append(Double(run.sleeps) / Double(messages))
-                producerNanoseconds.append(run.producerSeconds * 1e9 / Double(messages))
-                return perSecond(run.seconds)
-            },
-            { perSecond(portThroughput(messages: messages, viaSet: true).seconds) },
-            {
-                let elapsed = bf_eventfd_counter_throughput(UInt64(messages))
-                return perSecond(floorNanoseconds("eventfd counter", elapsed, per: 1) / 1e9)
-            },
-        ])
-    }
-    // Drop the discarded warm-up round's extras.
-    source1Sleeps.removeFirst()
-    blockSleeps.removeFirst()
-    producerNanoseconds.removeFirst()
-
-    let unit = "msg/s"
-    let floor = Row(name: "C floor: eventfd write per message", sample: samples[3], unit: unit, decimals: 0)
-    let portSet = Row(name: "ports: PortSet.receive (no loop)", sample: samples[2], unit: unit, decimals: 0)
-    var rows = [
-        Row(name: "loop: Source1, producer sends", sample: samples[0], unit: unit, decimals: 0),
-        Row(name: "loop: blocks, producer performAndWakeUp", sample: samples[1], unit: unit, decimals: 0),
-    ]
-    for index in rows.indices {
-        rows[index].addRatio(to: floor, label: "eventfd")
-        rows[index].addRatio(to: portSet, label: "PortSet")
-    }
-    var portSetRow = portSet
-    portSetRow.addRatio(to: floor, label: "eventfd")
-    rows.append(portSetRow)
-    rows.append(Row(name: "loop: Source1, afterWaiting per message",
-                    sample: Sample(values: source1Sleeps), unit: "per msg", decimals: 5))
-    rows.append(Row(name: "loop: blocks, afterWaiting per block",
-                    sample: Sample(values: blockSleeps), unit: "per msg", decimals: 5))
-    rows.append(Row(name: "loop: blocks, producer time per performAndWakeUp",
-                    sample: Sample(values: producerNanoseconds), unit: "ns/call"))
-    return rows + [floor]
-}
+// The event-loop variants of the `throughput` scenario: one producer thread feeding one loop thread,
+// PortLoop's (Source1 messages, performAndWakeUp blocks) and the peers' (CFRunLoop blocks, NIO execute, a
+// serial DispatchQueue). Each times from the producer's first timed call to the consumer's last item, after
+// a warm-up item that makes sure the consumer is running and asleep. Where the consumer is a run loop, an
+// `afterWaiting` observer counts the passes that went to sleep (a receive returns at once when something is
+// queued): per message, how many messages a pass handles (PortLoop: up to 64 port messages and all queued
+// blocks per pass).
 
 /// Counters of a throughput run, touched only by the loop thread until it is joined.
 final class LoopCounter: @unchecked Sendable {
@@ -159,4 +100,83 @@ func loopBlockThroughput(blocks: Int) -> (seconds: Double, producerSeconds: Doub
     consumer.join()
     return (Double(counter.end - start) / 1e9, Double(producerEnd - start) / 1e9,
             counter.sleeps - counter.sleepsAtStart)
+}
+
+/// One CFRunLoop block throughput run: the producer calls `CFRunLoopPerformBlock` + `CFRunLoopWakeUp` per
+/// block on a CF loop thread (kept alive by a version-0 source); the last block stops the loop.
+func cfBlockThroughput(blocks: Int) -> (seconds: Double, producerSeconds: Double, sleeps: Int) {
+    let counter = LoopCounter(target: blocks)
+    let passes = CFPassCounter()
+    let consumer = CFLoopThread { loop in passes.observe(loop) }
+    let loop = consumer.loop
+
+    // Warm-up: one block that answers, so the loop is running and asleep before the clock starts.
+    let ready = Latch<Bool>()
+    loop.performAndWakeUp {
+        counter.sleepsAtStart = passes.passes
+        ready.set(true)
+    }
+    _ = ready.wait()
+
+    let start = bf_now_ns()
+    for _ in 0..<blocks {
+        loop.performAndWakeUp {
+            counter.count += 1
+            if counter.count == counter.target {
+                counter.end = bf_now_ns()
+                counter.sleeps = passes.passes
+                CFRunLoopStop(CFRunLoopGetCurrent())
+            }
+        }
+    }
+    let producerEnd = bf_now_ns()
+    consumer.join()
+    return (Double(counter.end - start) / 1e9, Double(producerEnd - start) / 1e9,
+            counter.sleeps - counter.sleepsAtStart)
+}
+
+/// One SwiftNIO throughput run: the producer calls `EventLoop.execute` per task on a one-thread group.
+func nioExecuteThroughput(tasks: Int) -> (seconds: Double, producerSeconds: Double) {
+    let nio = NIOLoops(threads: 1)
+    let loop = nio.loops[0]
+    let counter = LoopCounter(target: tasks)
+    let done = Latch<Bool>()
+    _ = onLoop(loop) { true } // warm-up: the loop is running
+
+    let start = bf_now_ns()
+    for _ in 0..<tasks {
+        loop.execute {
+            counter.count += 1
+            if counter.count == counter.target {
+                counter.end = bf_now_ns()
+                done.set(true)
+            }
+        }
+    }
+    let producerEnd = bf_now_ns()
+    _ = done.wait()
+    nio.shutDown()
+    return (Double(counter.end - start) / 1e9, Double(producerEnd - start) / 1e9)
+}
+
+/// One libdispatch throughput run: the producer calls `async` per block on a serial queue.
+func dispatchThroughput(blocks: Int) -> (seconds: Double, producerSeconds: Double) {
+    let queue = DispatchQueue(label: "portloop-bench.serial")
+    let counter = LoopCounter(target: blocks)
+    let done = Latch<Bool>()
+    queue.sync {} // warm-up: the queue exists and has run once
+
+    let start = bf_now_ns()
+    for _ in 0..<blocks {
+        queue.async {
+            counter.count += 1
+            if counter.count == counter.target {
+                counter.end = bf_now_ns()
+                done.set(true)
+            }
+        }
+    }
+    let producerEnd = bf_now_ns()
+    _ = done.wait()
+    return (Double(counter.end - start) / 1e9, Double(producerEnd - start) / 1e9)
 }

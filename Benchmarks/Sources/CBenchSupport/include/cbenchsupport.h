@@ -1,0 +1,58 @@
+/*
+ * cbenchsupport.h — measuring helpers: heap accounting (`allocs`, `memory`) and per-thread CPU (`idle`).
+ *
+ * Allocation counting: this target defines malloc, calloc, realloc, posix_memalign, aligned_alloc, memalign, valloc and pvalloc
+ * in the executable. On ELF the executable's definitions take precedence over libc's for every library
+ * (symbol interposition, no LD_PRELOAD): the Swift runtime, libdispatch, CoreFoundation, libevent and NIO
+ * all allocate through them. Each forwards to glibc's own entry point (__libc_malloc, …), so memory is
+ * glibc's and its free() (not interposed) releases it. While counting is switched on, each call adds one to
+ * a process-wide counter (relaxed atomics); while it is off the cost is one relaxed load.
+ */
+#ifndef CBENCHSUPPORT_H
+#define CBENCHSUPPORT_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Starts or stops counting (process-wide; every thread's allocations count). */
+void bs_alloc_counting(int enabled);
+
+/** Allocation calls counted so far (malloc, calloc, realloc, the aligned forms), and bytes requested. */
+uint64_t bs_alloc_count(void);
+uint64_t bs_alloc_bytes(void);
+
+/** 1 if this target's malloc is the one the process uses (an allocation through libc's symbol is seen). */
+int bs_alloc_interposed(void);
+
+/** Heap bytes in use according to glibc's mallinfo2(): arena bytes allocated plus mmapped chunks,
+ *  summed over every arena. */
+uint64_t bs_heap_in_use(void);
+
+/** Resident set size of the process in bytes (from /proc/self/statm), or 0 if it cannot be read. */
+uint64_t bs_resident_bytes(void);
+
+/** Returns freed heap memory to the system (malloc_trim(0)), so that an RSS delta counts new pages only. */
+void bs_heap_trim(void);
+
+/** The calling thread's kernel thread id (gettid). */
+int32_t bs_thread_id(void);
+
+/** CPU time consumed so far by a thread of this process (pthread_getcpuclockid), in nanoseconds; -1 on
+ *  failure. `thread` is a pthread_t. */
+int64_t bs_thread_cpu_ns(unsigned long thread);
+
+/** CPU time consumed so far by the whole process (CLOCK_PROCESS_CPUTIME_ID), in nanoseconds. */
+int64_t bs_process_cpu_ns(void);
+
+/** Context switches of the thread with kernel id `tid` so far, voluntary plus involuntary (from
+ *  /proc/self/task/TID/status); -1 if it cannot be read. A thread that sleeps and is woken counts one. */
+int64_t bs_thread_context_switches(int32_t tid);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CBENCHSUPPORT_H */

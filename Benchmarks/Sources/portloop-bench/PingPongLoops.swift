@@ -1,0 +1,243 @@
+import CBenchFloors
+import CoreFoundation
+import NIOCore
+import NIOPosix
+import PortLoop
+
+// The event-loop variants of the `pingpong` scenario: a token bounced between two threads that each run
+// an event loop, PortLoop's (Source1 ports, performAndWakeUp blocks) and the peers' (CFRunLoop blocks and
+// version-0 sources, NIO's execute). Each returns nanoseconds per round trip, warm-up excluded; each creates
+// its loops (threads) per run and tears them down after.
+
+/// Times written by the loop threads and read after joining them.
+final class RoundTripClock: @unchecked Sendable {
+    var start: Int64 = 0
+    var end: Int64 = 0
+    var nanosecondsPerRoundTrip: Double = 0
+}
+
+/// One Source1 ping-pong run. A's loop sends round trip 0 before it starts running; the message carries
+/// the round trip's number; A's handler starts the clock after `warmup` answers and stops it (and its
+/// loop) at the last; B's handler stops B after echoing the last. Returns nanoseconds per round trip.
+func loopSource1PingPong(warmup: Int, roundTrips: Int) -> Double {
+    let portA = must("port A") { () throws(PortError) in try PortReceiveRight(maxMessageSize: 8) }
+    let portB = must("port B") { () throws(PortError) in try PortReceiveRight(maxMessageSize: 8) }
+    let toA = portA.makeSendRight()
+    let toB = portB.makeSendRight()
+    let total = UInt64(warmup + roundTrips)
+    let clock = RoundTripClock()
+
+    let sourceB = RunLoopPortSource(port: portB) { message in
+        let index = loadWord(message.payload)
+        sendWord(toA, index)
+        if index == total - 1 { PortRunLoop.current.stop() }
+        return nil
+    }
+    let sourceA = RunLoopPortSource(port: portA) { message in
+        let answered = loadWord(message.payload) + 1 // round trips complete
+        if answered == UInt64(warmup) { clock.start = bf_now_ns() }
+        if answered == total {
+            clock.end = bf_now_ns()
+            PortRunLoop.current.stop()
+            return nil
+        }
+        sendWord(toB, answered)
+        return nil
+    }
+
+    let threadB = LoopThread { loop in mustLoop("add source B") { () throws(RunLoopError) in try loop.add(sourceB, mode: .default) } }
+    let threadA = LoopThread { loop in
+        mustLoop("add source A") { () throws(RunLoopError) in try loop.add(sourceA, mode: .default) }
+        clock.start = bf_now_ns() // replaced after the warm-up, if any
+        sendWord(toB, 0)
+    }
+    threadA.join()
+    threadB.join()
+    return Double(clock.end - clock.start) / Double(roundTrips)
+}
+
+/// The state of a block ping-pong: both loops, the counts, the clock.
+final class BlockPingPong: @unchecked Sendable {
+    let warmup: Int
+    let total: Int
+    let clock = RoundTripClock()
+    /// Set before any block runs (B's by the creating thread, A's on A before it runs).
+    var loopA: PortRunLoop?
+    var loopB: PortRunLoop?
+
+    init(warmup: Int, total: Int) {
+        self.warmup = warmup
+        self.total = total
+    }
+
+    /// On A, with `completed` round trips done: starts the next, or stops both loops after the last.
+    func ping(_ completed: Int) {
+        guard let loopA, let loopB else { fatalError("loops not set") }
+        if completed == warmup { clock.start = bf_now_ns() }
+        if completed == total {
+            clock.end = bf_now_ns()
+            loopB.stop()
+            loopA.stop()
+            return
+        }
+        mustLoop("perform on B") { () throws(RunLoopError) in
+            try loopB.performAndWakeUp {
+                mustLoop("perform on A") { () throws(RunLoopError) in
+                    try loopA.performAndWakeUp { self.ping(completed + 1) }
+                }
+            }
+        }
+    }
+}
+
+/// One performAndWakeUp ping-pong run. Each loop has an idle port source so that it sleeps between
+/// blocks. Returns nanoseconds per round trip.
+func loopBlockPingPong(warmup: Int, roundTrips: Int) -> Double {
+    let state = BlockPingPong(warmup: warmup, total: warmup + roundTrips)
+    let threadB = LoopThread { loop in
+        mustLoop("add keep-alive B") { () throws(RunLoopError) in try loop.add(keepAliveSource(), mode: .default) }
+    }
+    state.loopB = threadB.loop
+    let threadA = LoopThread { loop in
+        mustLoop("add keep-alive A") { () throws(RunLoopError) in try loop.add(keepAliveSource(), mode: .default) }
+        state.loopA = loop
+        state.clock.start = bf_now_ns() // replaced after the warm-up, if any
+        mustLoop("first block") { () throws(RunLoopError) in try loop.perform { state.ping(0) } }
+    }
+    threadA.join()
+    threadB.join()
+    return Double(state.clock.end - state.clock.start) / Double(roundTrips)
+}
+
+/// One CFRunLoop block ping-pong run: A queues `CFRunLoopPerformBlock(B) { CFRunLoopPerformBlock(A) { next } }`
+/// with a `CFRunLoopWakeUp` after each, as ``loopBlockPingPong(warmup:roundTrips:)`` does with
+/// `performAndWakeUp`. Each loop is kept alive by an unsignalled version-0 source.
+func cfBlockPingPong(warmup: Int, roundTrips: Int) -> Double {
+    final class State: @unchecked Sendable {
+        let warmup: Int, total: Int
+        let clock = RoundTripClock()
+        var loopA: CFLoop?
+        var loopB: CFLoop?
+        init(warmup: Int, total: Int) { self.warmup = warmup; self.total = total }
+
+        func ping(_ completed: Int) {
+            guard let loopA, let loopB else { fatalError("loops not set") }
+            if completed == warmup { clock.start = bf_now_ns() }
+            if completed == total {
+                clock.end = bf_now_ns()
+                loopB.stop()
+                loopA.stop()
+                return
+            }
+            loopB.performAndWakeUp { loopA.performAndWakeUp { self.ping(completed + 1) } }
+        }
+    }
+    let state = State(warmup: warmup, total: warmup + roundTrips)
+    let threadB = CFLoopThread()
+    state.loopB = threadB.loop
+    let threadA = CFLoopThread { loop in
+        state.loopA = loop
+        state.clock.start = bf_now_ns() // replaced after the warm-up, if any
+        CFRunLoopPerformBlock(loop.loop, kCFRunLoopDefaultMode) { state.ping(0) }
+    }
+    threadA.join()
+    threadB.join()
+    return Double(state.clock.end - state.clock.start) / Double(roundTrips)
+}
+
+/// One CFRunLoop version-0 source ping-pong run: each loop has a source; A's perform signals B's source
+/// and wakes B (`CFRunLoopSourceSignal` + `CFRunLoopWakeUp`), B's does the same back. No allocation per
+/// round trip on CF's side: the closest CF gets to a port message between two loops on Linux (CF has no
+/// Mach ports there).
+func cfSource0PingPong(warmup: Int, roundTrips: Int) -> Double {
+    final class State: @unchecked Sendable {
+        let warmup: Int, total: Int
+        let clock = RoundTripClock()
+        var answered = 0
+        var loopA: CFLoop?, loopB: CFLoop?
+        var sourceA: CFSource?, sourceB: CFSource?
+        init(warmup: Int, total: Int) { self.warmup = warmup; self.total = total }
+
+        /// B's perform: answer A, or stop after echoing the last.
+        func onB() {
+            CFRunLoopSourceSignal(sourceA!.source)
+            CFRunLoopWakeUp(loopA!.loop)
+        }
+
+        /// A's perform: one more round trip complete.
+        func onA() {
+            answered += 1
+            if answered == warmup { clock.start = bf_now_ns() }
+            if answered == total {
+                clock.end = bf_now_ns()
+                loopB!.stop()
+                loopA!.stop()
+                return
+            }
+            sendToB()
+        }
+
+        func sendToB() {
+            CFRunLoopSourceSignal(sourceB!.source)
+            CFRunLoopWakeUp(loopB!.loop)
+        }
+    }
+    let state = State(warmup: warmup, total: warmup + roundTrips)
+    let threadB = CFLoopThread { loop in
+        let source = makeCFSource0 { state.onB() }
+        CFRunLoopAddSource(loop.loop, source, kCFRunLoopDefaultMode)
+        state.sourceB = CFSource(source)
+        state.loopB = loop
+    }
+    let threadA = CFLoopThread { loop in
+        let source = makeCFSource0 { state.onA() }
+        CFRunLoopAddSource(loop.loop, source, kCFRunLoopDefaultMode)
+        state.sourceA = CFSource(source)
+        state.loopA = loop
+        state.clock.start = bf_now_ns() // replaced after the warm-up, if any
+        state.sendToB()
+    }
+    threadA.join()
+    threadB.join()
+    for source in [state.sourceA, state.sourceB] { CFRunLoopSourceInvalidate(source!.source) }
+    // Each source's closure holds the state, which holds the sources and loops: break the cycle, or both
+    // loops (and their descriptors) outlive their threads.
+    state.sourceA = nil
+    state.sourceB = nil
+    state.loopA = nil
+    state.loopB = nil
+    return Double(state.clock.end - state.clock.start) / Double(roundTrips)
+}
+
+/// One SwiftNIO ping-pong run between two event loops of one `MultiThreadedEventLoopGroup`: A calls
+/// `loopB.execute { loopA.execute { next } }`. Returns nanoseconds per round trip.
+func nioPingPong(warmup: Int, roundTrips: Int) -> Double {
+    final class State: @unchecked Sendable {
+        let warmup: Int, total: Int
+        let loopA: EventLoop, loopB: EventLoop
+        let clock = RoundTripClock()
+        let done = Latch<Bool>()
+        init(warmup: Int, total: Int, loopA: EventLoop, loopB: EventLoop) {
+            self.warmup = warmup; self.total = total; self.loopA = loopA; self.loopB = loopB
+        }
+
+        func ping(_ completed: Int) {
+            if completed == warmup { clock.start = bf_now_ns() }
+            if completed == total {
+                clock.end = bf_now_ns()
+                done.set(true)
+                return
+            }
+            loopB.execute { self.loopA.execute { self.ping(completed + 1) } }
+        }
+    }
+    let nio = NIOLoops(threads: 2)
+    let state = State(warmup: warmup, total: warmup + roundTrips, loopA: nio.loops[0], loopB: nio.loops[1])
+    state.loopA.execute {
+        state.clock.start = bf_now_ns() // replaced after the warm-up, if any
+        state.ping(0)
+    }
+    _ = state.done.wait()
+    nio.shutDown()
+    return Double(state.clock.end - state.clock.start) / Double(roundTrips)
+}
