@@ -13,12 +13,12 @@ import PortLoop
 /// heap in use (glibc `mallinfo2`: arena bytes allocated plus mmapped chunks, every arena) and resident set
 /// (/proc/self/statm, after `malloc_trim` so that freed pages from earlier runs do not hide new ones) before
 /// and after, divides by the count, then frees them all. The heap figure is exact for memory from malloc;
-/// the RSS figure also counts pages outside it (thread stacks, libevent's and the kernel's bookkeeping is
-/// not in it) and is rounded to pages, so it is noisier.
+/// the RSS figure also counts pages malloc does not hand out (thread stacks) and is rounded to pages, so it
+/// is noisier. What the kernel keeps for descriptors (epoll, eventfd, timerfd) is in neither.
 /// - ports: 10,000 idle `PortReceiveRight`s (queue limit 5, held in a pre-allocated buffer).
-/// - port sources: 10,000 `RunLoopPortSource`s added to one mode of a loop that is not running (port,
-///   source object, the mode's tables and its port set's membership).
-/// - timers: 10,000 one-shot timers an hour away, added to a loop that is not running: ours
+/// - port sources: 10,000 `RunLoopPortSource`s added to one mode of a sleeping loop (port, source object,
+///   the mode's tables and its port set's membership).
+/// - timers: 10,000 one-shot timers an hour away, added from the thread of a loop that then sleeps: ours
 ///   (`RunLoopTimer`), CF (`CFRunLoopTimer`), NIO (`scheduleTask`, on the event loop).
 /// - loop threads: 32 idle loop threads: ours (`LoopThread`, a port source keeping it alive), CF (a CF
 ///   loop thread with a version-0 source), NIO (a 32-thread `MultiThreadedEventLoopGroup`), and a floor:
