@@ -1,9 +1,13 @@
 extension PortRunLoop {
+    /// `[.common]`, made once: as a default argument, a literal would allocate an array on every call of a
+    /// hot path such as ``performAndWakeUp(inModes:_:)``.
+    public static let commonModesOnly: [Mode] = [.common]
+
     /// Queues a block to run on the loop's thread, FIFO, at the next block point of a run whose mode is one
     /// of `modes` (`.common` matches every common mode) (`CFRunLoopPerformBlock`). Like CF, this does not wake
     /// the loop; see ``performAndWakeUp(inModes:_:)``.
     /// - Throws: ``RunLoopError/threadExited`` if the loop's thread has exited.
-    public func perform(inModes modes: [Mode] = [.common], _ block: @escaping @Sendable () -> Void) throws(RunLoopError) {
+    public func perform(inModes modes: [Mode] = PortRunLoop.commonModesOnly, _ block: @escaping @Sendable () -> Void) throws(RunLoopError) {
         try withLockThrowing { () throws(RunLoopError) in
             guard !threadExited else { throw .threadExited }
             for mode in modes where mode != .common && mode != .default { _ = try modeLocked(mode) } // names create modes
@@ -12,7 +16,7 @@ extension PortRunLoop {
     }
 
     /// Queues a block like ``perform(inModes:_:)`` and wakes the loop so that it runs soon.
-    public func performAndWakeUp(inModes modes: [Mode] = [.common], _ block: @escaping @Sendable () -> Void) throws(RunLoopError) {
+    public func performAndWakeUp(inModes modes: [Mode] = PortRunLoop.commonModesOnly, _ block: @escaping @Sendable () -> Void) throws(RunLoopError) {
         try perform(inModes: modes, block)
         wakeUp()
     }

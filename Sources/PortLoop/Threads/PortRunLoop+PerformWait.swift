@@ -12,7 +12,7 @@ extension PortRunLoop {
     ///
     /// - Throws: ``RunLoopError/threadExited`` if the loop's thread has exited, or, when waiting, if it exits
     ///   before the block ran (a loop drops its pending blocks when its thread exits).
-    public func perform(inModes modes: [Mode] = [.common], waitUntilDone: Bool,
+    public func perform(inModes modes: [Mode] = PortRunLoop.commonModesOnly, waitUntilDone: Bool,
                         _ block: @escaping @Sendable () -> Void) throws(RunLoopError) {
         guard waitUntilDone else {
             try performAndWakeUp(inModes: modes, block)
