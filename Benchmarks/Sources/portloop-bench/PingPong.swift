@@ -35,6 +35,7 @@ let pingPongScenario = Scenario(
                                per: roundTrips) },
             { floorNanoseconds("libevent ping-pong", bf_libevent_pingpong(UInt64(warmup), UInt64(roundTrips)),
                                per: roundTrips) },
+            { loopSource1PingPong(warmup: warmup, roundTrips: roundTrips, spin: lowLatencySpin) },
         ])
     }
     let unit = "ns/round trip"
@@ -49,8 +50,13 @@ let pingPongScenario = Scenario(
         Row(.ours, "ports: PortSet.receive(into:) (no loop)", sample: samples[6], unit: unit),
         Row(.floor, "C floor: eventfd, blocking read/write", sample: samples[7], unit: unit, short: "eventfd"),
         Row(.floor, "C floor: libevent base per thread", sample: samples[8], unit: unit, short: "libevent"),
+        Row(.ours, "loop: Source1 port → Source1 port, low-latency mode (spin 200 µs)", sample: samples[9], unit: unit),
     ].withPeerRatios()
 }
+
+/// The spin of the low-latency row: longer than a round trip on this class of machine, so that the answer
+/// usually arrives while the loop still polls (it burns a core for that long after each pass).
+let lowLatencySpin = Duration.microseconds(200)
 
 /// Converts a floor's elapsed time to nanoseconds per iteration; a failed floor ends the program.
 func floorNanoseconds(_ what: String, _ elapsed: Int64, per iterations: Int) -> Double {

@@ -19,7 +19,8 @@ final class RoundTripClock: @unchecked Sendable {
 /// One Source1 ping-pong run. A's loop sends round trip 0 before it starts running; the message carries
 /// the round trip's number; A's handler starts the clock after `warmup` answers and stops it (and its
 /// loop) at the last; B's handler stops B after echoing the last. Returns nanoseconds per round trip.
-func loopSource1PingPong(warmup: Int, roundTrips: Int) -> Double {
+/// `spin` sets both loops' opt-in low-latency mode (``PortRunLoop/spinBeforeSleeping``); zero is the default.
+func loopSource1PingPong(warmup: Int, roundTrips: Int, spin: Duration = .zero) -> Double {
     let portA = must("port A") { () throws(PortError) in try PortReceiveRight(maxMessageSize: 8) }
     let portB = must("port B") { () throws(PortError) in try PortReceiveRight(maxMessageSize: 8) }
     let toA = portA.makeSendRight()
@@ -45,8 +46,12 @@ func loopSource1PingPong(warmup: Int, roundTrips: Int) -> Double {
         return nil
     }
 
-    let threadB = LoopThread { loop in mustLoop("add source B") { () throws(RunLoopError) in try loop.add(sourceB, mode: .default) } }
+    let threadB = LoopThread { loop in
+        loop.spinBeforeSleeping = spin
+        mustLoop("add source B") { () throws(RunLoopError) in try loop.add(sourceB, mode: .default) }
+    }
     let threadA = LoopThread { loop in
+        loop.spinBeforeSleeping = spin
         mustLoop("add source A") { () throws(RunLoopError) in try loop.add(sourceA, mode: .default) }
         clock.start = bf_now_ns() // replaced after the warm-up, if any
         sendWord(toB, 0)
