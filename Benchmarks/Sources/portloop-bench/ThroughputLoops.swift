@@ -22,6 +22,14 @@ final class LoopCounter: @unchecked Sendable {
     var end: Int64 = 0
     init(target: Int) { self.target = target }
 
+    /// Counts one task on the consuming thread; at the target, records the end time and returns true.
+    func countOne() -> Bool {
+        count += 1
+        guard count == target else { return false }
+        end = bf_now_ns()
+        return true
+    }
+
     /// An observer counting `afterWaiting`: the passes that went to receive with a sleep allowed.
     func sleepObserver() -> RunLoopObserver {
         RunLoopObserver(activities: .afterWaiting) { _, _ in self.sleeps += 1 }
@@ -88,11 +96,7 @@ func loopBlockThroughput(blocks: Int) -> (seconds: Double, producerSeconds: Doub
     for _ in 0..<blocks {
         mustLoop("performAndWakeUp") { () throws(RunLoopError) in
             try loop.performAndWakeUp {
-                counter.count += 1
-                if counter.count == counter.target {
-                    counter.end = bf_now_ns()
-                    PortRunLoop.current.stop()
-                }
+                if counter.countOne() { PortRunLoop.current.stop() }
             }
         }
     }
@@ -121,9 +125,7 @@ func cfBlockThroughput(blocks: Int) -> (seconds: Double, producerSeconds: Double
     let start = bf_now_ns()
     for _ in 0..<blocks {
         loop.performAndWakeUp {
-            counter.count += 1
-            if counter.count == counter.target {
-                counter.end = bf_now_ns()
+            if counter.countOne() {
                 counter.sleeps = passes.passes
                 CFRunLoopStop(CFRunLoopGetCurrent())
             }
@@ -146,11 +148,7 @@ func nioExecuteThroughput(tasks: Int) -> (seconds: Double, producerSeconds: Doub
     let start = bf_now_ns()
     for _ in 0..<tasks {
         loop.execute {
-            counter.count += 1
-            if counter.count == counter.target {
-                counter.end = bf_now_ns()
-                done.set(true)
-            }
+            if counter.countOne() { done.set(true) }
         }
     }
     let producerEnd = bf_now_ns()
@@ -169,11 +167,7 @@ func dispatchThroughput(blocks: Int) -> (seconds: Double, producerSeconds: Doubl
     let start = bf_now_ns()
     for _ in 0..<blocks {
         queue.async {
-            counter.count += 1
-            if counter.count == counter.target {
-                counter.end = bf_now_ns()
-                done.set(true)
-            }
+            if counter.countOne() { done.set(true) }
         }
     }
     let producerEnd = bf_now_ns()
