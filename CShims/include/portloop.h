@@ -45,6 +45,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/// Asks the CPU to start loading the cache line at `address` (no effect if it is invalid). Why a shim: Swift
+/// has no prefetch; the run loop uses it when it is about to touch many timer objects at random addresses.
+static inline void pl_prefetch(const void *address) { __builtin_prefetch(address); }
+
 #ifdef __cplusplus
 extern "C" {
 #endif

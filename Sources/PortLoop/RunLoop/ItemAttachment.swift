@@ -1,48 +1,92 @@
-/// Which loop an item (source, timer, observer) is scheduled on, and whether it is still valid.
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Which loop an item (source, timer, observer) is scheduled on, and whether it is still valid; its mutex
+/// also guards the item's own state (a timer's fire date, a source's signal).
 ///
 /// An item belongs to one loop at a time (CF's rule for timers and observers, applied to sources too): it
 /// is attached when first added to a mode and detached when removed from its last mode or invalidated.
 /// Lock order: the loop's lock before this one.
-final class ItemAttachment: @unchecked Sendable {
-    let lock = PThreadLock()
-    private var _loop: PortRunLoop?
-    private var _isValid = true
-    /// How many modes of the loop hold the item.
-    private var modeCount = 0
+///
+/// Why a `ManagedBuffer`: the mutex lives in the same allocation as the state (a `PThreadLock` would be two
+/// more), which matters when a loop fires and frees 100,000 one-shot timers.
+final class ItemAttachment: ManagedBuffer<ItemAttachment.State, pthread_mutex_t>, @unchecked Sendable {
+    struct State {
+        var loop: PortRunLoop?
+        var isValid = true
+        /// How many modes of the loop hold the item.
+        var modeCount = 0
+    }
 
-    var loop: PortRunLoop? { lock.withLock { _loop } }
-    var isValid: Bool { lock.withLock { _isValid } }
-    /// The same, for callers holding `lock`.
-    var loopLocked: PortRunLoop? { _loop }
-    var isValidLocked: Bool { _isValid }
+    /// A valid attachment to no loop.
+    static func make() -> ItemAttachment {
+        let attachment = unsafeDowncast(create(minimumCapacity: 1) { _ in State() }, to: ItemAttachment.self)
+        attachment.withUnsafeMutablePointerToElements { mutex in
+            mutex.initialize(to: pthread_mutex_t())
+            _ = pthread_mutex_init(mutex, nil)
+        }
+        return attachment
+    }
+
+    deinit {
+        withUnsafeMutablePointerToElements { mutex in _ = pthread_mutex_destroy(mutex) }
+    }
+
+    @inline(__always)
+    func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
+        try withUnsafeMutablePointerToElements { mutex in
+            pthread_mutex_lock(mutex)
+            defer { pthread_mutex_unlock(mutex) }
+            return try body()
+        }
+    }
+
+    var loop: PortRunLoop? { withLock { header.loop } }
+    var isValid: Bool { withLock { header.isValid } }
+    /// The same, for callers holding the lock.
+    var loopLocked: PortRunLoop? { header.loop }
+    var isValidLocked: Bool { header.isValid }
 
     /// Records one more mode of `loop`; with the loop's lock held.
     func attach(to loop: PortRunLoop) throws(RunLoopError) {
-        lock.lock()
-        defer { lock.unlock() }
-        guard _isValid else { throw .invalidated }
-        if let current = _loop, current !== loop { throw .attachedToAnotherLoop }
-        _loop = loop
-        modeCount += 1
+        let outcome = withLock { () -> RunLoopError? in
+            guard header.isValid else { return .invalidated }
+            if let current = header.loop, current !== loop { return .attachedToAnotherLoop }
+            header.loop = loop
+            header.modeCount += 1
+            return nil
+        }
+        if let outcome { throw outcome }
     }
 
     /// Records one mode fewer; with the loop's lock held.
     func detachOneMode() {
-        lock.withLock {
-            modeCount -= 1
-            if modeCount <= 0 { modeCount = 0; _loop = nil }
+        withLock {
+            header.modeCount -= 1
+            if header.modeCount <= 0 { header.modeCount = 0; header.loop = nil }
         }
     }
 
     /// Marks the item invalid and returns the loop it must be removed from, if any.
     func invalidate() -> PortRunLoop? {
-        lock.withLock {
-            guard _isValid else { return nil }
-            _isValid = false
-            return _loop
+        withLock {
+            guard header.isValid else { return nil }
+            header.isValid = false
+            return header.loop
         }
     }
 
+    /// Marks the item invalid and detached from every mode at once; with the lock held (and the loop's, whose
+    /// modes the caller empties of the item).
+    func invalidateAndDetachLocked() {
+        header.isValid = false
+        header.loop = nil
+        header.modeCount = 0
+    }
+
     /// Forgets the loop entirely (its thread exited).
-    func forgetLoop() { lock.withLock { _loop = nil; modeCount = 0 } }
+    func forgetLoop() { withLock { header.loop = nil; header.modeCount = 0 } }
 }

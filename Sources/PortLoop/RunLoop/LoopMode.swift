@@ -13,7 +13,6 @@ final class LoopMode {
     var descriptorSources: [Int32: RunLoopDescriptorSource] = [:]
     var observers: [RunLoopObserver] = []
     var timers = TimerHeap()
-    var timerEntries: [ObjectIdentifier: TimerHeap.Entry] = [:]
     /// Whether libdispatch's main-queue eventfd is in the port set (main loop only, main thread only).
     var holdsMainQueue = false
 

@@ -16,8 +16,9 @@ extension PortRunLoop: CustomStringConvertible {
                     + state.descriptorSources.values.map(\.description)
                 lines.append("    sources1 = [\(sources1.joined(separator: ", "))],")
                 lines.append("    observers = [\(state.observers.map(\.description).joined(separator: ", "))],")
-                let timers = state.timers.entries.sorted { $0.fireDate < $1.fireDate }.prefix(20)
-                lines.append("    timers = [\(timers.map(\.timer.description).joined(separator: ", "))"
+                let timers = state.timers.timers.map { timer in (timer.attachment.withLock { timer.fireDate }, timer) }
+                    .sorted { $0.0 < $1.0 }.prefix(20)
+                lines.append("    timers = [\(timers.map(\.1.description).joined(separator: ", "))"
                     + (state.timers.count > 20 ? ", … \(state.timers.count - 20) more" : "") + "]}")
             }
             lines.append("}}")

@@ -79,7 +79,7 @@ extension PortRunLoop {
 
     /// The earliest fire date among the mode's timers, or nil (`CFRunLoopGetNextTimerFireDate`).
     public func nextTimerFireDate(in mode: Mode) -> ContinuousClock.Instant? {
-        let next = lock.withLock { modes[mode]?.timers.first?.fireDate }
+        let next = lock.withLock { modes[mode]?.timers.firstFireDate }
         return next.map { instant(forMonotonic: $0) }
     }
 
@@ -172,12 +172,9 @@ extension PortRunLoop {
             }
             state.descriptorSources[source.fileDescriptor] = source
         case let .timer(timer):
-            let (fireDate, tolerance) = timer.attachment.lock.withLock { (timer.fireDate, timer.toleranceNanoseconds) }
-            timerSequence &+= 1
-            let entry = TimerHeap.Entry(timer: timer, fireDate: fireDate, latest: fireDate.addingClamped(tolerance),
-                                        sequence: timerSequence)
-            state.timers.insert(entry)
-            state.timerEntries[ObjectIdentifier(timer)] = entry
+            let (fireDate, tolerance) = timer.attachment.withLock { (timer.fireDate, timer.toleranceNanoseconds) }
+            let slot = state.timers.insert(timer, fireDate: fireDate, latest: fireDate.addingClamped(tolerance))
+            timer.addPlacement(TimerPlacement(mode: state, slot: slot))
         case let .observer(observer):
             state.insertObserver(observer)
         }
@@ -198,8 +195,8 @@ extension PortRunLoop {
             state.descriptorSources[source.fileDescriptor] = nil
             try? state.portSet.remove(fileDescriptor: source.fileDescriptor)
         case let .timer(timer):
-            guard let entry = state.timerEntries.removeValue(forKey: ObjectIdentifier(timer)) else { return false }
-            state.timers.remove(entry)
+            guard timer.attachment.loop === self, let placement = timer.removePlacement(in: state) else { return false }
+            state.timers.remove(slot: placement.slot)
         case let .observer(observer):
             guard let index = state.observers.firstIndex(where: { $0 === observer }) else { return false }
             state.observers.remove(at: index)
@@ -213,7 +210,8 @@ extension PortRunLoop {
         case let .source(source): state.sources0.contains { $0 === source }
         case let .portSource(source): state.sources1[source.portName] === source
         case let .descriptorSource(source): state.descriptorSources[source.fileDescriptor] === source
-        case let .timer(timer): state.timerEntries[ObjectIdentifier(timer)] != nil
+        // A timer attached to another loop is in none of this loop's modes; its placements are that loop's.
+        case let .timer(timer): timer.attachment.loop === self && timer.placement(in: state) != nil
         case let .observer(observer): state.observers.contains { $0 === observer }
         }
     }
@@ -224,14 +222,14 @@ extension PortRunLoop {
     /// is no longer attached to this loop (the caller retries).
     func changeTimer(_ timer: RunLoopTimer, _ change: (RunLoopTimer) -> Void) -> Bool {
         let (applied, wake) = lock.withLock { () -> (Bool, Bool) in
-            let applied = timer.attachment.lock.withLock { () -> Bool in
+            let applied = timer.attachment.withLock { () -> Bool in
                 guard timer.attachment.loopLocked === self else { return false }
                 change(timer)
                 return true
             }
             guard applied else { return (false, false) }
             repositionLocked(timer)
-            let wake = sleepingMode?.timerEntries[ObjectIdentifier(timer)] != nil
+            let wake = sleepingMode.map { timer.placement(in: $0) != nil } ?? false
             return (true, wake)
         }
         if wake { wakeUp() }
@@ -240,13 +238,10 @@ extension PortRunLoop {
 
     /// Brings every heap entry of the timer in line with its state.
     func repositionLocked(_ timer: RunLoopTimer) {
-        let (fireDate, tolerance) = timer.attachment.lock.withLock { (timer.fireDate, timer.toleranceNanoseconds) }
-        let key = ObjectIdentifier(timer)
-        for state in modes.values {
-            guard let entry = state.timerEntries[key] else { continue }
-            entry.fireDate = fireDate
-            entry.latest = fireDate.addingClamped(tolerance)
-            if entry.index >= 0 { state.timers.update(entry) } else { state.timers.insert(entry) }
+        let (fireDate, tolerance) = timer.attachment.withLock { (timer.fireDate, timer.toleranceNanoseconds) }
+        let latest = fireDate.addingClamped(tolerance)
+        timer.forEachPlacement { placement in
+            placement.mode.timers.reschedule(slot: placement.slot, fireDate: fireDate, latest: latest)
         }
     }
 }

@@ -208,46 +208,72 @@ extension PortRunLoop {
         return true
     }
 
-    /// Fires the mode's timers that are due, in fire-date order (`__CFRunLoopDoTimers`).
+    /// Fires the mode's timers that are due, in fire-date order (`__CFRunLoopDoTimers`): those due and
+    /// scheduled when the pass reaches its timers. One that a callback adds or moves into the past fires in the
+    /// next pass, as in CF.
+    ///
+    /// They are taken from the heap in chunks of at most `timerChunk` into lists the loop keeps between
+    /// passes, so that firing allocates nothing, however many are due: a list that grew with a backlog would
+    /// reallocate, and every large allocation makes glibc consolidate the chunks of the timers just freed.
     private func fireDueTimers(_ state: LoopMode) {
         let now = monotonicNanoseconds()
-        let due = lock.withLock { () -> [RunLoopTimer] in
-            guard let first = state.timers.first, first.fireDate <= now else { return [] }
-            var due: [RunLoopTimer] = []
-            while let entry = state.timers.first, entry.fireDate <= now {
-                state.timers.popFirst()
-                due.append(entry.timer)
+        // A nested run from a callback finds the lists taken and makes its own.
+        var due: [RunLoopTimer] = []
+        var slots: [Int32] = []
+        swap(&due, &dueTimersScratch)
+        swap(&slots, &dueSlotsScratch)
+        due.reserveCapacity(Self.timerChunk)
+        slots.reserveCapacity(Self.timerChunk)
+        var mark: UInt64?
+        repeat {
+            lock.withLock {
+                if mark == nil { mark = state.timers.schedulingMark }
+                state.timers.popDue(by: now, scheduledUpTo: mark!, limit: Self.timerChunk, into: &due, slots: &slots)
             }
-            return due
-        }
-        for timer in due { fire(timer, now: now) }
+            for timer in due { fire(timer, now: now) }
+            due.removeAll(keepingCapacity: true)
+        } while slots.count == Self.timerChunk
+        swap(&due, &dueTimersScratch)
+        swap(&slots, &dueSlotsScratch)
+    }
+
+    /// How many due timers one lock hold takes from the heap.
+    static let timerChunk = 256
+
+    private enum TimerClaim {
+        case claimed(scheduled: Int64)
+        /// Already being fired by an outer callout (this one runs a nested loop), which puts it back after.
+        case firing
+        /// Invalidated, moved to another loop, or moved later since it was popped.
+        case stale
     }
 
     private func fire(_ timer: RunLoopTimer, now: Int64) {
-        // Claim it; a timer already firing (this callout runs a nested loop) waits for its own callout to end.
-        let scheduled = lock.withLock { () -> Int64? in
-            let claim = timer.attachment.lock.withLock { () -> Int64?? in
-                guard timer.attachment.isValidLocked, timer.attachment.loopLocked === self else { return .some(nil) }
-                if timer.isFiring { return nil }
-                guard timer.fireDate <= now else { return .some(nil) }
-                timer.isFiring = true
-                return .some(timer.fireDate)
-            }
-            switch claim {
-            case .none: return nil // firing: its outer callout puts it back afterwards
-            case .some(.none): repositionLocked(timer); return nil // moved or gone
-            case let .some(.some(date)): return date
-            }
+        // The timer's state changes only under its own lock (with the loop's too), so claiming it needs the
+        // timer's lock alone.
+        let claim = timer.attachment.withLock { () -> TimerClaim in
+            guard timer.attachment.isValidLocked, timer.attachment.loopLocked === self else { return .stale }
+            if timer.isFiring { return .firing }
+            guard timer.fireDate <= now else { return .stale }
+            timer.isFiring = true
+            return .claimed(scheduled: timer.fireDate)
         }
-        guard let scheduled else { return }
+        guard case let .claimed(scheduled) = claim else {
+            if case .stale = claim { lock.withLock { repositionLocked(timer) } }
+            return
+        }
 
         __PORTLOOP_IS_CALLING_OUT_TO_A_TIMER_CALLBACK_FUNCTION__(timer)
 
         lock.withLock {
-            let oneShot = timer.attachment.lock.withLock { () -> Bool in
+            let retired = timer.attachment.withLock { () -> Bool in
                 timer.isFiring = false
-                guard timer.attachment.isValidLocked else { return false }
-                if timer.intervalNanoseconds == 0 { return true }
+                guard timer.attachment.isValidLocked, timer.attachment.loopLocked === self else { return false }
+                if timer.intervalNanoseconds == 0 {
+                    // A one-shot timer is done: invalidate and detach it here, under the locks already held.
+                    timer.attachment.invalidateAndDetachLocked()
+                    return true
+                }
                 if timer.fireDate > scheduled { return false } // the callback moved it later
                 // Stay on the grid: the first grid point after now, skipping missed fires.
                 let after = monotonicNanoseconds()
@@ -256,12 +282,10 @@ extension PortRunLoop {
                     ? .max : steps * timer.intervalNanoseconds)
                 return false
             }
-            if oneShot {
-                // Retire it here, under the lock already held, rather than through invalidate().
-                _ = timer.attachment.invalidate()
-                let item = LoopItem.timer(timer)
-                for state in modes.values { _ = removeLocked(item, from: state) }
-                if !commonItems.isEmpty { commonItems.removeAll { $0.identity == item.identity } }
+            if retired {
+                timer.forEachPlacement { $0.mode.timers.remove(slot: $0.slot) }
+                timer.clearPlacements()
+                if !commonItems.isEmpty { commonItems.removeAll { $0.identity == ObjectIdentifier(timer) } }
             } else {
                 repositionLocked(timer)
             }

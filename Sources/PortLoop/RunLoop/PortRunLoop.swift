@@ -42,7 +42,10 @@ public final class PortRunLoop: @unchecked Sendable {
     var threadExited = false
     /// The mode whose sleep is being prepared or taken, so that adding a timer to it wakes the loop.
     var sleepingMode: LoopMode?
-    var timerSequence: UInt64 = 0
+    /// The due-timer list ``fireDueTimers(_:)`` reuses between passes; used by the loop's thread only.
+    var dueTimersScratch: [RunLoopTimer] = []
+    /// The slots ``TimerHeap/popDue(by:scheduledUpTo:limit:into:slots:)`` works in; loop's thread only.
+    var dueSlotsScratch: [Int32] = []
     /// Delayed performs not yet run or cancelled (``perform(afterDelay:inModes:_:)``); has its own lock.
     let delayedPerforms = DelayedPerformTable()
 
@@ -194,7 +197,10 @@ public final class PortRunLoop: @unchecked Sendable {
                 for source in state.sources0 { cancelled.append((source, name)); items.append(.source(source)) }
                 items.append(contentsOf: state.sources1.values.map { .portSource($0) })
                 items.append(contentsOf: state.descriptorSources.values.map { .descriptorSource($0) })
-                items.append(contentsOf: state.timerEntries.values.map { .timer($0.timer) })
+                for timer in state.timers.timers {
+                    timer.clearPlacements()
+                    items.append(.timer(timer))
+                }
                 items.append(contentsOf: state.observers.map { .observer($0) })
                 try? state.portSet.destroy()
             }

@@ -30,7 +30,7 @@ public final class RunLoopDescriptorSource: Hashable, @unchecked Sendable, Custo
     /// port set reports them.
     public let order: Int
     let handler: @Sendable (RunLoopDescriptorSource) -> Void
-    let attachment = ItemAttachment()
+    let attachment = ItemAttachment.make()
 
     /// Creates a source for a descriptor (`CFFileDescriptorCreate` with read callbacks enabled, then
     /// `CFFileDescriptorCreateRunLoopSource`). A descriptor that cannot be watched (closed, or a regular file,

@@ -11,8 +11,8 @@ public final class RunLoopObserver: Hashable, @unchecked Sendable, CustomStringC
     /// Callout order, lower first (`CFRunLoopObserverGetOrder`).
     public let order: Int
     let handler: @Sendable (RunLoopObserver, PortRunLoop.Activity) -> Void
-    let attachment = ItemAttachment()
-    /// Guarded by `attachment.lock`.
+    let attachment = ItemAttachment.make()
+    /// Guarded by the attachment's lock.
     var isFiring = false
 
     /// Creates an observer (`CFRunLoopObserverCreateWithHandler`).
@@ -34,14 +34,14 @@ public final class RunLoopObserver: Hashable, @unchecked Sendable, CustomStringC
 
     /// Marks the observer firing; false if it is invalid or firing already (no re-entrant callouts).
     func beginFiring() -> Bool {
-        attachment.lock.withLock {
+        attachment.withLock {
             guard !isFiring, attachment.isValidLocked else { return false }
             isFiring = true
             return true
         }
     }
 
-    func endFiring() { attachment.lock.withLock { isFiring = false } }
+    func endFiring() { attachment.withLock { isFiring = false } }
 
     public static func == (lhs: RunLoopObserver, rhs: RunLoopObserver) -> Bool { lhs === rhs }
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }

@@ -25,7 +25,7 @@ public final class RunLoopPortSource: Hashable, @unchecked Sendable, CustomStrin
     public let order: Int
     let port: PortReceiveRight
     let handler: @Sendable (PortMessage) -> PortReply?
-    let attachment = ItemAttachment()
+    let attachment = ItemAttachment.make()
 
     /// Creates a source that owns `port` (`CFMachPortCreateRunLoopSource`).
     public init(port: consuming PortReceiveRight, order: Int = 0,

@@ -15,7 +15,7 @@ public final class RunLoopSource: Hashable, @unchecked Sendable, CustomStringCon
     let perform: @Sendable () -> Void
     let schedule: (@Sendable (PortRunLoop, PortRunLoop.Mode) -> Void)?
     let cancel: (@Sendable (PortRunLoop, PortRunLoop.Mode) -> Void)?
-    let attachment = ItemAttachment()
+    let attachment = ItemAttachment.make()
     /// 0 when not signalled, otherwise the signal's position in `sourceSignalCounter`.
     private let signalStamp = Atomic<UInt64>(0)
 

@@ -9,14 +9,20 @@ public final class RunLoopTimer: Hashable, @unchecked Sendable, CustomStringConv
     /// Order among timers due at the same time, lower first (`CFRunLoopTimerGetOrder`).
     public let order: Int
     let handler: @Sendable (RunLoopTimer) -> Void
-    let attachment = ItemAttachment()
+    let attachment = ItemAttachment.make()
 
-    // State, guarded by `attachment.lock` (and, while attached, changed only with the loop's lock held too,
+    // State, guarded by the attachment's lock (and, while attached, changed only with the loop's lock held too,
     // so that the loop's timer heaps follow it).
     var fireDate: Int64
     let intervalNanoseconds: Int64
     var toleranceNanoseconds: Int64 = 0
     var isFiring = false
+
+    // Where the timer is in its loop's modes, guarded by that loop's lock (read only after checking, under
+    // the attachment's lock, that the timer is attached to the loop whose lock is held). Usually one mode, kept
+    // inline so that a timer in one mode needs no array.
+    private var firstPlacement: TimerPlacement?
+    private var otherPlacements: [TimerPlacement] = []
 
     /// Creates a timer (`CFRunLoopTimerCreateWithHandler`).
     /// - Parameters:
@@ -52,7 +58,7 @@ public final class RunLoopTimer: Hashable, @unchecked Sendable, CustomStringConv
     public var isRepeating: Bool { intervalNanoseconds > 0 }
 
     /// How late the loop may fire the timer (`CFRunLoopTimerGetTolerance`).
-    public var tolerance: Duration { .nanoseconds(attachment.lock.withLock { toleranceNanoseconds }) }
+    public var tolerance: Duration { .nanoseconds(attachment.withLock { toleranceNanoseconds }) }
 
     /// Sets the tolerance, capped at half the interval (`CFRunLoopTimerSetTolerance`).
     public func setTolerance(_ tolerance: Duration) {
@@ -62,7 +68,7 @@ public final class RunLoopTimer: Hashable, @unchecked Sendable, CustomStringConv
 
     /// The next fire date (`CFRunLoopTimerGetNextFireDate`).
     public var nextFireDate: ContinuousClock.Instant {
-        instant(forMonotonic: attachment.lock.withLock { fireDate })
+        instant(forMonotonic: attachment.withLock { fireDate })
     }
 
     /// Moves the next fire date (`CFRunLoopTimerSetNextFireDate`). Safe from any thread; wakes the loop if it
@@ -79,7 +85,7 @@ public final class RunLoopTimer: Hashable, @unchecked Sendable, CustomStringConv
     private func changeState(_ change: (RunLoopTimer) -> Void) {
         while true {
             guard let loop = attachment.loop else {
-                let done = attachment.lock.withLock { () -> Bool in
+                let done = attachment.withLock { () -> Bool in
                     guard attachment.loopLocked == nil else { return false }
                     change(self)
                     return true
@@ -88,6 +94,41 @@ public final class RunLoopTimer: Hashable, @unchecked Sendable, CustomStringConv
             }
             if loop.changeTimer(self, change) { return }
         }
+    }
+
+    // MARK: - Placements (the loop's lock held)
+
+    /// The timer's slot in a mode, if the mode holds it.
+    func placement(in mode: LoopMode) -> TimerPlacement? {
+        if let first = firstPlacement, first.mode === mode { return first }
+        return otherPlacements.first { $0.mode === mode }
+    }
+
+    func addPlacement(_ placement: TimerPlacement) {
+        if firstPlacement == nil { firstPlacement = placement } else { otherPlacements.append(placement) }
+    }
+
+    /// Forgets the timer's slot in a mode and returns it, if the mode held the timer.
+    func removePlacement(in mode: LoopMode) -> TimerPlacement? {
+        if let first = firstPlacement, first.mode === mode {
+            firstPlacement = otherPlacements.popLast()
+            return first
+        }
+        guard let index = otherPlacements.firstIndex(where: { $0.mode === mode }) else { return nil }
+        return otherPlacements.remove(at: index)
+    }
+
+    /// Calls `body` with every placement.
+    func forEachPlacement(_ body: (TimerPlacement) -> Void) {
+        guard let first = firstPlacement else { return }
+        body(first)
+        for placement in otherPlacements { body(placement) }
+    }
+
+    /// Forgets every placement (the loop is tearing down, or the timer leaves all its modes at once).
+    func clearPlacements() {
+        firstPlacement = nil
+        otherPlacements = []
     }
 
     /// Removes the timer from every mode of its loop; it will not fire again (`CFRunLoopTimerInvalidate`).
@@ -101,7 +142,7 @@ public final class RunLoopTimer: Hashable, @unchecked Sendable, CustomStringConv
     public static func == (lhs: RunLoopTimer, rhs: RunLoopTimer) -> Bool { lhs === rhs }
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
     public var description: String {
-        let (fire, tolerance) = attachment.lock.withLock { (fireDate, toleranceNanoseconds) }
+        let (fire, tolerance) = attachment.withLock { (fireDate, toleranceNanoseconds) }
         let inMs = Double(fire - monotonicNanoseconds()) / 1e6
         return "RunLoopTimer(next fire in \(inMs) ms, interval: \(interval), tolerance: \(Duration.nanoseconds(tolerance)), order: \(order), valid: \(isValid))"
     }
