@@ -12,7 +12,8 @@ final class LoopMode {
     /// Descriptor sources by descriptor; the port set watches each descriptor once.
     var descriptorSources: [Int32: RunLoopDescriptorSource] = [:]
     var observers: [RunLoopObserver] = []
-    var timers = TimerHeap()
+    // Unchecked exclusivity: guarded by the loop's lock, and the run-time checks showed in the firing path.
+    @exclusivity(unchecked) var timers = TimerHeap()
     /// Whether libdispatch's main-queue eventfd is in the port set (main loop only, main thread only).
     var holdsMainQueue = false
 

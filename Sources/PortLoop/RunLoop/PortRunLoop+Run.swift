@@ -212,81 +212,100 @@ extension PortRunLoop {
     /// scheduled when the pass reaches its timers. One that a callback adds or moves into the past fires in the
     /// next pass, as in CF.
     ///
-    /// They are taken from the heap in chunks of at most `timerChunk` into lists the loop keeps between
-    /// passes, so that firing allocates nothing, however many are due: a list that grew with a backlog would
-    /// reallocate, and every large allocation makes glibc consolidate the chunks of the timers just freed.
+    /// Due timers are taken from the heap in chunks of at most ``timerChunk``, into a batch the loop keeps
+    /// between passes, so that firing allocates nothing however many are due (a list that grew with a backlog
+    /// would reallocate, and a large allocation makes glibc consolidate the chunks of the timers just freed).
+    /// Each timer is claimed and released under its own lock; the loop's lock is taken once per chunk, to take
+    /// the next chunk and settle the previous one in the heaps.
     private func fireDueTimers(_ state: LoopMode) {
         let now = monotonicNanoseconds()
-        // A nested run from a callback finds the lists taken and makes its own.
-        var due: [RunLoopTimer] = []
-        var slots: [Int32] = []
-        swap(&due, &dueTimersScratch)
-        swap(&slots, &dueSlotsScratch)
-        due.reserveCapacity(Self.timerChunk)
-        slots.reserveCapacity(Self.timerChunk)
+        // A nested run from a callback finds the batch taken and makes its own.
+        var batch = TimerBatch()
+        swap(&batch, &timerBatchScratch)
+        batch.reserve(Self.timerChunk)
         var mark: UInt64?
-        repeat {
+        var more = true
+        while more {
             lock.withLock {
                 if mark == nil { mark = state.timers.schedulingMark }
-                state.timers.popDue(by: now, scheduledUpTo: mark!, limit: Self.timerChunk, into: &due, slots: &slots)
+                state.timers.popDue(by: now, scheduledUpTo: mark!, limit: Self.timerChunk, into: &batch.timers,
+                                    slots: &batch.slots)
             }
-            for timer in due { fire(timer, now: now) }
-            due.removeAll(keepingCapacity: true)
-        } while slots.count == Self.timerChunk
-        swap(&due, &dueTimersScratch)
-        swap(&slots, &dueSlotsScratch)
+            more = batch.slots.count == Self.timerChunk
+            if batch.timers.isEmpty { break }
+            for timer in batch.timers { batch.outcomes.append(fire(timer, now: now)) }
+            lock.withLock { settleLocked(batch) }
+            // Released outside the lock: a retired timer's captures may run code that calls into this loop.
+            batch.removeAll()
+        }
+        swap(&batch, &timerBatchScratch)
     }
 
     /// How many due timers one lock hold takes from the heap.
     static let timerChunk = 256
 
-    private enum TimerClaim {
-        case claimed(scheduled: Int64)
-        /// Already being fired by an outer callout (this one runs a nested loop), which puts it back after.
-        case firing
-        /// Invalidated, moved to another loop, or moved later since it was popped.
-        case stale
+    /// What the heaps must do about a timer after ``fire(_:now:)``.
+    enum TimerOutcome {
+        /// Nothing: invalidated (its remover takes it out), or fired by an outer callout that settles it.
+        case none
+        /// A fired one-shot timer, already invalid: free its slots.
+        case retire
+        /// A repeating timer that fired, or one moved later since it was popped: put it back in order.
+        case reposition
     }
 
-    private func fire(_ timer: RunLoopTimer, now: Int64) {
-        // The timer's state changes only under its own lock (with the loop's too), so claiming it needs the
-        // timer's lock alone.
+    private enum TimerClaim {
+        case claimed(scheduled: Int64)
+        case skipped(TimerOutcome)
+    }
+
+    /// Fires one popped timer and says what its heap entries need. The timer's state changes under its own
+    /// lock (the loop's lock is not needed to keep it consistent, only to move it in the heaps).
+    private func fire(_ timer: RunLoopTimer, now: Int64) -> TimerOutcome {
         let claim = timer.attachment.withLock { () -> TimerClaim in
-            guard timer.attachment.isValidLocked, timer.attachment.loopLocked === self else { return .stale }
-            if timer.isFiring { return .firing }
-            guard timer.fireDate <= now else { return .stale }
+            guard timer.attachment.isValidLocked, timer.attachment.loopLocked === self else { return .skipped(.none) }
+            if timer.isFiring { return .skipped(.none) } // this callout runs in the timer's own callout
+            guard timer.fireDate <= now else { return .skipped(.reposition) } // moved later
             timer.isFiring = true
             return .claimed(scheduled: timer.fireDate)
         }
         guard case let .claimed(scheduled) = claim else {
-            if case .stale = claim { lock.withLock { repositionLocked(timer) } }
-            return
+            if case let .skipped(outcome) = claim { return outcome }
+            return .none
         }
 
         __PORTLOOP_IS_CALLING_OUT_TO_A_TIMER_CALLBACK_FUNCTION__(timer)
 
-        lock.withLock {
-            let retired = timer.attachment.withLock { () -> Bool in
-                timer.isFiring = false
-                guard timer.attachment.isValidLocked, timer.attachment.loopLocked === self else { return false }
-                if timer.intervalNanoseconds == 0 {
-                    // A one-shot timer is done: invalidate and detach it here, under the locks already held.
-                    timer.attachment.invalidateAndDetachLocked()
-                    return true
-                }
-                if timer.fireDate > scheduled { return false } // the callback moved it later
-                // Stay on the grid: the first grid point after now, skipping missed fires.
-                let after = monotonicNanoseconds()
-                let steps = (after - scheduled) / timer.intervalNanoseconds + 1
-                timer.fireDate = scheduled.addingClamped(steps.multipliedReportingOverflow(by: timer.intervalNanoseconds).overflow
-                    ? .max : steps * timer.intervalNanoseconds)
-                return false
+        return timer.attachment.withLock { () -> TimerOutcome in
+            timer.isFiring = false
+            guard timer.attachment.isValidLocked, timer.attachment.loopLocked === self else { return .none }
+            if timer.intervalNanoseconds == 0 {
+                // A one-shot timer is done. Invalid and detached from now on (`contains` says no at once);
+                // its slots are freed when the chunk settles.
+                timer.attachment.invalidateAndDetachLocked()
+                return .retire
             }
-            if retired {
+            if timer.fireDate > scheduled { return .reposition } // the callback moved it later
+            // Stay on the grid: the first grid point after now, skipping missed fires.
+            let after = monotonicNanoseconds()
+            let steps = (after - scheduled) / timer.intervalNanoseconds + 1
+            timer.fireDate = scheduled.addingClamped(steps.multipliedReportingOverflow(by: timer.intervalNanoseconds).overflow
+                ? .max : steps * timer.intervalNanoseconds)
+            return .reposition
+        }
+    }
+
+    /// Brings the heaps in line with a fired chunk; with the lock held.
+    private func settleLocked(_ batch: TimerBatch) {
+        for (timer, outcome) in zip(batch.timers, batch.outcomes) {
+            switch outcome {
+            case .none:
+                break
+            case .retire:
                 timer.forEachPlacement { $0.mode.timers.remove(slot: $0.slot) }
                 timer.clearPlacements()
                 if !commonItems.isEmpty { commonItems.removeAll { $0.identity == ObjectIdentifier(timer) } }
-            } else {
+            case .reposition:
                 repositionLocked(timer)
             }
         }

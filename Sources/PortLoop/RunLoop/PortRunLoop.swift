@@ -42,10 +42,8 @@ public final class PortRunLoop: @unchecked Sendable {
     var threadExited = false
     /// The mode whose sleep is being prepared or taken, so that adding a timer to it wakes the loop.
     var sleepingMode: LoopMode?
-    /// The due-timer list ``fireDueTimers(_:)`` reuses between passes; used by the loop's thread only.
-    var dueTimersScratch: [RunLoopTimer] = []
-    /// The slots ``TimerHeap/popDue(by:scheduledUpTo:limit:into:slots:)`` works in; loop's thread only.
-    var dueSlotsScratch: [Int32] = []
+    /// The batch of due timers ``fireDueTimers(_:)`` reuses between passes; used by the loop's thread only.
+    var timerBatchScratch = TimerBatch()
     /// Delayed performs not yet run or cancelled (``perform(afterDelay:inModes:_:)``); has its own lock.
     let delayedPerforms = DelayedPerformTable()
 
@@ -240,5 +238,25 @@ struct PendingBlock {
         self.modes = modes
         self.includesCommon = modes.contains(.common)
         self.block = block
+    }
+}
+
+/// One chunk of due timers being fired: the timers, their heap slots when popped, and what each firing left
+/// for the heaps to do.
+struct TimerBatch {
+    var timers: [RunLoopTimer] = []
+    var slots: [Int32] = []
+    var outcomes: [PortRunLoop.TimerOutcome] = []
+
+    mutating func reserve(_ capacity: Int) {
+        timers.reserveCapacity(capacity)
+        slots.reserveCapacity(capacity)
+        outcomes.reserveCapacity(capacity)
+    }
+
+    mutating func removeAll() {
+        timers.removeAll(keepingCapacity: true)
+        slots.removeAll(keepingCapacity: true)
+        outcomes.removeAll(keepingCapacity: true)
     }
 }

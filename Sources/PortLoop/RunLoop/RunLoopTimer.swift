@@ -11,18 +11,20 @@ public final class RunLoopTimer: Hashable, @unchecked Sendable, CustomStringConv
     let handler: @Sendable (RunLoopTimer) -> Void
     let attachment = ItemAttachment.make()
 
-    // State, guarded by the attachment's lock (and, while attached, changed only with the loop's lock held too,
-    // so that the loop's timer heaps follow it).
-    var fireDate: Int64
+    // State, guarded by the attachment's lock. Changed from outside with the loop's lock held too, so that the
+    // loop's timer heaps follow it; the loop itself, firing the timer, changes it under the timer's lock and
+    // puts the heaps right after the chunk (`PortRunLoop.fireDueTimers`). (`@exclusivity(unchecked)`: the
+    // locks serialise every access, and the run-time checks showed in the firing path.)
+    @exclusivity(unchecked) var fireDate: Int64
     let intervalNanoseconds: Int64
-    var toleranceNanoseconds: Int64 = 0
-    var isFiring = false
+    @exclusivity(unchecked) var toleranceNanoseconds: Int64 = 0
+    @exclusivity(unchecked) var isFiring = false
 
     // Where the timer is in its loop's modes, guarded by that loop's lock (read only after checking, under
     // the attachment's lock, that the timer is attached to the loop whose lock is held). Usually one mode, kept
     // inline so that a timer in one mode needs no array.
-    private var firstPlacement: TimerPlacement?
-    private var otherPlacements: [TimerPlacement] = []
+    @exclusivity(unchecked) private var firstPlacement: TimerPlacement?
+    @exclusivity(unchecked) private var otherPlacements: [TimerPlacement] = []
 
     /// Creates a timer (`CFRunLoopTimerCreateWithHandler`).
     /// - Parameters:
