@@ -84,6 +84,35 @@ struct TimerHeapTests {
         #expect(heap.firstFireDate == 5)
     }
 
+    @Test("when the 32-bit sequences run out the heap renumbers them and keeps its order")
+    func sequenceRenumbering() {
+        var heap = TimerHeap()
+        heap.sequenceLimit = 40 // renumber every few dozen schedulings
+        var generator = SystemRandomNumberGenerator()
+        var live: [(timer: RunLoopTimer, slot: Int32, fireDate: Int64, scheduled: Int)] = []
+        var scheduling = 0
+        for _ in 0..<2_000 {
+            if live.count < 30 || Bool.random(using: &generator) {
+                let date = Int64.random(in: 0..<50, using: &generator) // many ties
+                let timer = RunLoopTimer(after: .seconds(1)) { _ in }
+                scheduling += 1
+                live.append((timer, heap.insert(timer, fireDate: date, latest: date), date, scheduling))
+            } else {
+                let index = Int.random(in: 0..<live.count, using: &generator)
+                let date = Int64.random(in: 0..<50, using: &generator)
+                scheduling += 1
+                heap.reschedule(slot: live[index].slot, fireDate: date, latest: date)
+                live[index].fireDate = date
+                live[index].scheduled = scheduling
+            }
+            if live.count > 35 { heap.remove(slot: live.removeFirst().slot) }
+        }
+        let expected = live.sorted { $0.fireDate != $1.fireDate ? $0.fireDate < $1.fireDate : $0.scheduled < $1.scheduled }
+        var popped: [ObjectIdentifier] = []
+        while let timer = heap.popFirst(dueBy: .max) { popped.append(ObjectIdentifier(timer)) }
+        #expect(popped == expected.map { ObjectIdentifier($0.timer) })
+    }
+
     @Test("the wake deadline batches timers within their tolerance")
     func wakeDeadline() {
         var heap = TimerHeap()

@@ -223,7 +223,7 @@ extension PortRunLoop {
         var batch = TimerBatch()
         swap(&batch, &timerBatchScratch)
         batch.reserve(Self.timerChunk)
-        var mark: UInt64?
+        var mark: UInt32?
         var more = true
         while more {
             lock.withLock {

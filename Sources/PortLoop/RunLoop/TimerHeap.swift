@@ -9,21 +9,23 @@ import CPortLoop
 /// move inside the heap in O(log n), and the loop's sleep computation walks the timers due before a
 /// deadline (tolerance batching); both need the positions, which `Heap` keeps private.
 ///
-/// Why this layout: at 100,000 timers, sifting is the hot path and every pointer it follows is a cache
-/// miss. The nodes carry their ordering keys inline and no references (moving them retains nothing), the
-/// node positions live in a dense array of 32-bit integers, and four children per node halve the depth;
-/// a sift touches contiguous memory only, never a timer object.
-struct TimerHeap {
+/// Why this layout: at 100,000 timers, sifting is the hot path and every cache line it touches is a miss.
+/// The nodes are 16 bytes with their ordering keys inline and no references (moving them retains nothing),
+/// the node positions live in a dense array of 32-bit integers, and four children per node halve the depth.
+/// The node buffer is aligned so that the four children of a node share one 64-byte cache line: a pop
+/// touches one line per level, never a timer object.
+struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would share it
     /// A heap node: the ordering keys and the slot they belong to.
-    private struct Node {
+    struct Node {
         var fireDate: Int64
         /// Tie-breaker among equal fire dates: the order the timers were (re)scheduled in, as CF's sorted
-        /// insertion puts a timer after those with the same date.
-        var sequence: UInt64
+        /// insertion puts a timer after those with the same date. 32 bits keep the node at 16 bytes; when
+        /// they run out the heap renumbers its nodes in order (once per four billion schedulings).
+        var sequence: UInt32
         var slot: Int32
     }
 
-    private var nodes: [Node] = []
+    private var nodes = TimerNodeBuffer()
     /// Per slot: the timer (nil when the slot is free), its latest acceptable fire date (fire date plus
     /// tolerance) and its node's index in `nodes` (-1 when it is not in the heap).
     private var slotTimers: [RunLoopTimer?] = []
@@ -33,13 +35,15 @@ struct TimerHeap {
     /// table itself so that freeing a slot allocates nothing (a growing array's reallocation makes glibc
     /// consolidate its free lists, which showed up as a tenth of the firing time at 100,000 timers).
     private var firstFreeSlot: Int32 = -1
-    private var nextSequence: UInt64 = 0
+    private var nextSequence: UInt32 = 0
+    /// The last sequence handed out before the nodes are renumbered; lowered by tests.
+    var sequenceLimit = UInt32.max
 
     /// How many timers wait in the heap (not counting one being fired).
     var count: Int { nodes.count }
     var isEmpty: Bool { nodes.isEmpty }
     /// The earliest fire date in the heap.
-    var firstFireDate: Int64? { nodes.first?.fireDate }
+    var firstFireDate: Int64? { nodes.isEmpty ? nil : nodes[0].fireDate }
     /// Every timer holding a slot, in no particular order.
     var timers: [RunLoopTimer] { slotTimers.compactMap { $0 } }
 
@@ -80,12 +84,12 @@ struct TimerHeap {
     }
 
     /// A mark of the scheduling order so far: the timers (re)scheduled after it carry later sequences.
-    var schedulingMark: UInt64 { nextSequence }
+    var schedulingMark: UInt32 { nextSequence }
 
     /// Pops, in order, up to `limit` timers that are due by `now` and were scheduled up to `mark` into `due`.
     /// The timer objects are fetched from memory all at once before they are retained, so that their cache
     /// misses (one per timer, at random addresses) overlap instead of coming one after another.
-    mutating func popDue(by now: Int64, scheduledUpTo mark: UInt64, limit: Int, into due: inout [RunLoopTimer],
+    mutating func popDue(by now: Int64, scheduledUpTo mark: UInt32, limit: Int, into due: inout [RunLoopTimer],
                          slots: inout [Int32]) {
         slots.removeAll(keepingCapacity: true)
         while slots.count < limit, let first = nodes.first, first.fireDate <= now, first.sequence <= mark {
@@ -139,9 +143,22 @@ struct TimerHeap {
     }
 
     private mutating func push(slot: Int32, fireDate: Int64) {
-        nextSequence &+= 1
+        if nextSequence >= sequenceLimit { renumber() }
+        nextSequence += 1
         nodes.append(Node(fireDate: fireDate, sequence: nextSequence, slot: slot))
         siftUp(nodes[nodes.count - 1], from: nodes.count - 1)
+    }
+
+    /// Gives the nodes the sequences 1...count in their pop order. Sorted, they form a valid heap as they are.
+    /// (A scheduling mark taken before counts every node as scheduled before it: at worst a timer scheduled
+    /// during that pass fires in it rather than in the next one.)
+    private mutating func renumber() {
+        var sorted = (0..<nodes.count).map { nodes[$0] }
+        sorted.sort(by: Self.precedes)
+        for (index, node) in sorted.enumerated() {
+            place(Node(fireDate: node.fireDate, sequence: UInt32(index + 1), slot: node.slot), at: index)
+        }
+        nextSequence = UInt32(sorted.count)
     }
 
     private mutating func removeNode(at index: Int) {
@@ -199,4 +216,59 @@ struct TimerHeap {
 struct TimerPlacement {
     unowned(unsafe) let mode: LoopMode
     let slot: Int32
+}
+
+/// The heap's node storage: a buffer aligned so that node `i` sits at element `i + 3` and the children of
+/// every node (`4i + 1 ... 4i + 4`) fill exactly one 64-byte cache line. Grows by doubling, never shrinks
+/// (a loop that once held many timers may again).
+final class TimerNodeBuffer {
+    private static let padding = 3
+    private static let lineSize = 64
+    private var base: UnsafeMutablePointer<TimerHeap.Node>
+    private var capacity: Int
+    private(set) var count = 0
+
+    init() {
+        capacity = 13 // padding plus the root and three levels' worth of a small heap
+        base = Self.allocate(capacity)
+    }
+
+    deinit { UnsafeMutableRawPointer(base).deallocate() }
+
+    private static func allocate(_ capacity: Int) -> UnsafeMutablePointer<TimerHeap.Node> {
+        UnsafeMutableRawPointer.allocate(byteCount: (capacity + padding) * MemoryLayout<TimerHeap.Node>.stride,
+                                         alignment: lineSize)
+            .bindMemory(to: TimerHeap.Node.self, capacity: capacity + padding)
+    }
+
+    var isEmpty: Bool { count == 0 }
+    var first: TimerHeap.Node? { count == 0 ? nil : base[Self.padding] }
+
+    subscript(index: Int) -> TimerHeap.Node {
+        @inline(__always) get {
+            assert(index >= 0 && index < count)
+            return base[index + Self.padding]
+        }
+        @inline(__always) set {
+            assert(index >= 0 && index < count)
+            base[index + Self.padding] = newValue
+        }
+    }
+
+    func append(_ node: TimerHeap.Node) {
+        if count == capacity {
+            let grown = Self.allocate(capacity * 2)
+            (grown + Self.padding).initialize(from: base + Self.padding, count: count)
+            UnsafeMutableRawPointer(base).deallocate()
+            base = grown
+            capacity *= 2
+        }
+        (base + Self.padding + count).initialize(to: node)
+        count += 1
+    }
+
+    func removeLast() -> TimerHeap.Node {
+        count -= 1
+        return base[count + Self.padding]
+    }
 }
