@@ -53,6 +53,7 @@ struct pl_port {
     bool dead;
     uint32_t waiting_receivers;
     uint32_t waiting_senders;
+    uint32_t sender_wakes_pending; /* signals sent to waiting senders that they have not yet woken from */
     pl_slot_t *ring;          /* capacity grows on demand up to qlimit */
     uint32_t ring_capacity, head, count;
     pl_membership_t *memberships;
@@ -141,6 +142,7 @@ static inline struct timespec pl_timespec_from_ns(int64_t ns) {
 /* Deadline for a validated timeout; INT64_MAX for forever. */
 static inline int64_t pl_deadline_ns(int64_t timeout_ns) {
     if (timeout_ns == PL_TIMEOUT_FOREVER) return INT64_MAX;
+    if (timeout_ns == 0) return 0; /* already past, without reading the clock on every poll */
     int64_t now = pl_now_ns();
     return (timeout_ns > INT64_MAX - now) ? INT64_MAX : now + timeout_ns;
 }
@@ -150,9 +152,19 @@ static inline bool pl_timeout_valid(int64_t timeout_ns) {
 }
 
 /* Condition variables use CLOCK_MONOTONIC so that timed waits are immune to wall-clock changes. */
+void pl_mutex_init_adaptive(pthread_mutex_t *lock);
 void pl_cond_init_monotonic(pthread_cond_t *cond);
 
 /* Waits on cond until deadline (INT64_MAX: forever). Spurious returns are the caller's to handle. */
 void pl_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *lock, int64_t deadline_ns);
+
+/* Whether a dequeue that made room should signal a waiting sender; the port lock is held. One signal per
+ * waiting sender is enough: until the signalled sender has woken, further dequeues do not signal again. (A
+ * signal per dequeue made the receiver of a flooded port pay a futex call for most messages.) */
+static inline bool pl_port_take_sender_wake_locked(pl_port_t *port) {
+    if (port->waiting_senders <= port->sender_wakes_pending) return false;
+    port->sender_wakes_pending++;
+    return true;
+}
 
 #endif /* PL_INTERNAL_H */

@@ -23,7 +23,7 @@ pl_status_t pl_port_create(uint32_t qlimit, uint32_t max_msg_size, pl_port_t **o
 
     pl_port_t *port = calloc(1, sizeof *port);
     if (port == NULL) return PL_ERR_NO_MEMORY;
-    pthread_mutex_init(&port->lock, NULL);
+    pl_mutex_init_adaptive(&port->lock);
     pl_cond_init_monotonic(&port->receivers);
     pl_cond_init_monotonic(&port->senders);
     atomic_init(&port->refs, 1); /* the receive right */
@@ -211,6 +211,9 @@ pl_status_t pl_port_send(pl_port_t *port, int32_t id, const void *payload, size_
             port->waiting_senders++;
             while (!port->dead && port->count >= port->qlimit && pl_now_ns() < deadline) {
                 pl_cond_wait_until(&port->senders, &port->lock, deadline);
+                /* Woken, timed out or spurious: count one signal as consumed. Counting a timeout too only
+                 * means a later dequeue signals once more than needed. */
+                if (port->sender_wakes_pending > 0) port->sender_wakes_pending--;
             }
             port->waiting_senders--;
             if (!port->dead && port->count >= port->qlimit) status = PL_ERR_TIMED_OUT;
@@ -309,7 +312,7 @@ pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, s
      * leaves without it) and another receiver sleeps. */
     bool left_work = (status == PL_OK || status == PL_ERR_TOO_LARGE) && port->count > 0;
     bool wake_receiver = left_work && port->waiting_receivers > 0;
-    bool wake_sender = status == PL_OK && port->waiting_senders > 0;
+    bool wake_sender = status == PL_OK && pl_port_take_sender_wake_locked(port);
     pthread_mutex_unlock(&port->lock);
 
     if (wake_receiver) pthread_cond_signal(&port->receivers);

@@ -77,7 +77,7 @@ pl_status_t pl_port_set_create(pl_port_set_t **out_set) {
 
     pl_port_set_t *set = calloc(1, sizeof *set);
     if (set == NULL) return PL_ERR_NO_MEMORY;
-    pthread_mutex_init(&set->lock, NULL);
+    pl_mutex_init_adaptive(&set->lock);
     pl_cond_init_monotonic(&set->followers);
     atomic_init(&set->refs, 1);
     set->wake_fd = -1;
@@ -475,7 +475,7 @@ static pl_status_t pl_take_from_ready_port(pl_port_set_t *set, pl_received_t *ou
             pl_port_set_mark_ready_locked(again, status == PL_ERR_TOO_LARGE, &wakes);
         }
         wake_receiver = port->count > 0 && port->waiting_receivers > 0; /* also after a too-large leave */
-        wake_sender = status == PL_OK && port->waiting_senders > 0;
+        wake_sender = status == PL_OK && pl_port_take_sender_wake_locked(port);
     }
     pthread_mutex_unlock(&port->lock);
     if (wake_receiver) pthread_cond_signal(&port->receivers);

@@ -1,3 +1,5 @@
+import DequeModule
+
 extension PortRunLoop {
     /// `[.common]`, made once: as a default argument, a literal would allocate an array on every call of a
     /// hot path such as ``performAndWakeUp(inModes:_:)``.
@@ -8,38 +10,59 @@ extension PortRunLoop {
     /// the loop; see ``performAndWakeUp(inModes:_:)``.
     /// - Throws: ``RunLoopError/threadExited`` if the loop's thread has exited.
     public func perform(inModes modes: [Mode] = PortRunLoop.commonModesOnly, _ block: @escaping @Sendable () -> Void) throws(RunLoopError) {
-        try withLockThrowing { () throws(RunLoopError) in
-            guard !threadExited else { throw .threadExited }
-            for mode in modes where mode != .common && mode != .default { _ = try modeLocked(mode) } // names create modes
-            blocks.append(PendingBlock(modes: modes, block: block))
-        }
+        _ = try enqueue(PendingBlock(modes: modes, block: block), wake: false)
     }
 
     /// Queues a block like ``perform(inModes:_:)`` and wakes the loop so that it runs soon.
+    ///
+    /// A wake-up already on its way is not sent again: a producer queuing blocks faster than the loop runs
+    /// them sends one wake-up per pass of the loop, not one per block.
     public func performAndWakeUp(inModes modes: [Mode] = PortRunLoop.commonModesOnly, _ block: @escaping @Sendable () -> Void) throws(RunLoopError) {
-        try perform(inModes: modes, block)
-        wakeUp()
+        if try enqueue(PendingBlock(modes: modes, block: block), wake: true) { wakeUp() }
+    }
+
+    /// Appends a block; with `wake`, returns whether the caller must send a wake-up (none is queued yet).
+    private func enqueue(_ pending: PendingBlock, wake: Bool) throws(RunLoopError) -> Bool {
+        try withLockThrowing { () throws(RunLoopError) -> Bool in
+            guard !threadExited else { throw .threadExited }
+            if let modes = pending.modes {
+                for mode in modes where mode != .common && mode != .default { _ = try modeLocked(mode) } // names create modes
+            }
+            blocks.append(pending)
+            guard wake, !wakeUpQueued else { return false }
+            wakeUpQueued = true
+            return true
+        }
     }
 
     func blockMatches(_ pending: PendingBlock, _ mode: Mode, modeIsCommon: Bool) -> Bool {
-        (pending.includesCommon && modeIsCommon) || pending.modes.contains(mode)
+        guard let modes = pending.modes else { return modeIsCommon }
+        return (pending.includesCommon && modeIsCommon) || modes.contains(mode)
     }
 
     /// Runs the queued blocks for the mode, in order; others stay queued, in order, ahead of blocks queued
     /// meanwhile (`__CFRunLoopDoBlocks`). Returns whether any ran.
     @discardableResult
     func doBlocks(_ state: LoopMode) -> Bool {
+        // The queue is swapped with an empty one that kept its storage from the last pass, so that neither
+        // side allocates in a steady stream of blocks. A block running a nested loop finds the spare taken
+        // and uses a fresh one.
+        var taken = Deque<PendingBlock>()
+        swap(&taken, &spareBlocks)
         lock.lock()
-        guard !blocks.isEmpty else { lock.unlock(); return false }
-        let taken = blocks
-        blocks.removeAll()
+        guard !blocks.isEmpty else {
+            lock.unlock()
+            swap(&taken, &spareBlocks)
+            return false
+        }
+        swap(&taken, &blocks)
         let modeIsCommon = commonModes.contains(state.name)
         lock.unlock()
 
         // Matching needs no lock: a block's modes never change, and a mode's being common is read above.
         var ran = false
         var kept: [PendingBlock] = []
-        for pending in taken {
+        while let pending = taken.popFirst() {
             if blockMatches(pending, state.name, modeIsCommon: modeIsCommon) {
                 __PORTLOOP_IS_CALLING_OUT_TO_A_BLOCK__(pending.block)
                 ran = true
@@ -48,6 +71,7 @@ extension PortRunLoop {
             }
         }
         if !kept.isEmpty { lock.withLock { blocks.insert(contentsOf: kept, at: 0) } }
+        spareBlocks = taken // empty, with its storage
         return ran
     }
 }

@@ -36,6 +36,11 @@ public final class PortRunLoop: @unchecked Sendable {
     var commonModes: Set<Mode> = [.default]
     var commonItems: [LoopItem] = []
     var blocks = Deque<PendingBlock>()
+    /// Whether a wake-up sent by ``performAndWakeUp(inModes:_:)`` is still in the wake-up port; cleared when
+    /// the loop receives it.
+    var wakeUpQueued = false
+    /// The emptied block queue of the last pass, kept for its storage; used by the loop's thread only.
+    var spareBlocks = Deque<PendingBlock>()
     var currentMode: LoopMode?
     var runDepth = 0
     var stopRequested = false
@@ -226,37 +231,24 @@ public final class PortRunLoop: @unchecked Sendable {
     }
 }
 
-/// A block queued with ``PortRunLoop/perform(inModes:_:)``. The modes stay an array: usually one or two
-/// names, compared faster than hashed, and queuing a block allocates nothing more than the array.
+/// A block queued with ``PortRunLoop/perform(inModes:_:)``.
 struct PendingBlock {
-    let modes: [PortRunLoop.Mode]
+    /// The modes it may run in; nil for the common modes only, the default, which so costs no array (the
+    /// shared default array's reference count would otherwise be touched by the producer and the loop
+    /// thread for every block). Usually one or two names, compared faster than hashed.
+    let modes: [PortRunLoop.Mode]?
     /// Whether `modes` holds `.common`, worked out once.
     let includesCommon: Bool
     let block: @Sendable () -> Void
 
     init(modes: [PortRunLoop.Mode], block: @escaping @Sendable () -> Void) {
-        self.modes = modes
-        self.includesCommon = modes.contains(.common)
+        if modes.count == 1 && modes[0] == .common {
+            self.modes = nil
+            self.includesCommon = true
+        } else {
+            self.modes = modes
+            self.includesCommon = modes.contains(.common)
+        }
         self.block = block
-    }
-}
-
-/// One chunk of due timers being fired: the timers, their heap slots when popped, and what each firing left
-/// for the heaps to do.
-struct TimerBatch {
-    var timers: [RunLoopTimer] = []
-    var slots: [Int32] = []
-    var outcomes: [PortRunLoop.TimerOutcome] = []
-
-    mutating func reserve(_ capacity: Int) {
-        timers.reserveCapacity(capacity)
-        slots.reserveCapacity(capacity)
-        outcomes.reserveCapacity(capacity)
-    }
-
-    mutating func removeAll() {
-        timers.removeAll(keepingCapacity: true)
-        slots.removeAll(keepingCapacity: true)
-        outcomes.removeAll(keepingCapacity: true)
     }
 }

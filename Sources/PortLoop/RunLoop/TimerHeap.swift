@@ -272,3 +272,23 @@ final class TimerNodeBuffer {
         return base[count + Self.padding]
     }
 }
+
+/// One chunk of due timers being fired (`PortRunLoop.fireDueTimers`): the timers, their heap slots when
+/// popped, and what each firing left for the heaps to do.
+struct TimerBatch {
+    var timers: [RunLoopTimer] = []
+    var slots: [Int32] = []
+    var outcomes: [PortRunLoop.TimerOutcome] = []
+
+    mutating func reserve(_ capacity: Int) {
+        timers.reserveCapacity(capacity)
+        slots.reserveCapacity(capacity)
+        outcomes.reserveCapacity(capacity)
+    }
+
+    mutating func removeAll() {
+        timers.removeAll(keepingCapacity: true)
+        slots.removeAll(keepingCapacity: true)
+        outcomes.removeAll(keepingCapacity: true)
+    }
+}
