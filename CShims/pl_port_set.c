@@ -485,6 +485,66 @@ static pl_status_t pl_take_from_ready_port(pl_port_set_t *set, pl_received_t *ou
     return status;
 }
 
+pl_status_t pl_port_set_receive_batch(pl_port_set_t *set, pl_received_t *outs, uint32_t max, void *buffer,
+                                      size_t capacity, uint32_t *count) {
+    if (count != NULL) *count = 0;
+    if (set == NULL || outs == NULL || count == NULL || max == 0) return PL_ERR_INVALID_ARG;
+    if (capacity > 0 && buffer == NULL) return PL_ERR_INVALID_ARG;
+
+    pthread_mutex_lock(&set->lock);
+    if (set->dead) { pthread_mutex_unlock(&set->lock); return PL_ERR_INVALID_NAME; }
+    /* Descriptors first, and their periodic look under a flood: both are pl_port_set_receive's business. The
+     * batch stops short of the receive that is due to look (counted as if it were full). */
+    bool fd_look_due = false;
+    if (set->fd_count > 0) {
+        uint32_t room = PL_FD_POLL_EVERY - 1 - set->receives_since_fd_poll;
+        fd_look_due = set->receives_since_fd_poll + 1 >= PL_FD_POLL_EVERY;
+        if (!fd_look_due && max > room) max = room;
+    }
+    if (set->ready_head == NULL || set->fd_ready_head != NULL || set->polling || fd_look_due) {
+        pthread_mutex_unlock(&set->lock);
+        return PL_ERR_TIMED_OUT;
+    }
+    if (set->fd_count > 0) set->receives_since_fd_poll += max;
+    pl_membership_t *m = set->ready_head;
+    pl_ready_remove(set, m);
+    pl_port_t *port = m->port;
+    pl_port_retain_internal(port);
+    pl_wake_list_t wakes = { .count = 0 };
+    if (set->ready_head != NULL) pl_wake_one_locked(set, &wakes);
+    pthread_mutex_unlock(&set->lock);
+
+    uint32_t taken = 0, sender_wakes = 0;
+    size_t used = 0;
+    pthread_mutex_lock(&port->lock);
+    while (taken < max && port->count > 0) {
+        size_t offset = (used + 7) & ~(size_t)7;
+        if (offset > capacity || port->ring[port->head].size > capacity - offset) break;
+        pl_received_t *out = &outs[taken];
+        memset(out, 0, sizeof *out);
+        pl_port_dequeue_locked(port, out, (char *)buffer + offset, capacity - offset);
+        out->offset = (uint32_t)offset;
+        used = offset + out->size;
+        taken++;
+        if (pl_port_take_sender_wake_locked(port)) sender_wakes++;
+    }
+    /* m may have been freed while unlocked; look the membership up again under the port lock. */
+    pl_membership_t *again = pl_find_membership_locked(port, set);
+    if (again != NULL && port->count > 0) {
+        /* Round-robin, as after one receive; a message that did not fit as the first stays first. */
+        pl_port_set_mark_ready_locked(again, taken == 0, &wakes);
+    }
+    bool wake_receiver = port->count > 0 && port->waiting_receivers > 0;
+    pthread_mutex_unlock(&port->lock);
+
+    if (wake_receiver) pthread_cond_signal(&port->receivers);
+    for (uint32_t i = 0; i < sender_wakes; i++) pthread_cond_signal(&port->senders);
+    pl_wake_list_run(&wakes);
+    pl_port_release_internal(port);
+    *count = taken;
+    return taken > 0 ? PL_OK : PL_ERR_TIMED_OUT;
+}
+
 pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *buffer, size_t capacity,
                                 int64_t timeout_ns) {
     if (set == NULL || out == NULL || !pl_timeout_valid(timeout_ns)) return PL_ERR_INVALID_ARG;

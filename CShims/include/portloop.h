@@ -184,6 +184,7 @@ typedef struct pl_received {
     uint64_t arrival_name;    /**< name of the port the message arrived on */
     void *arrival_context;    /**< that port's context (pl_port_set_context) */
     int fd;                   /**< with PL_RECEIVED_FD: the readable descriptor; otherwise -1 */
+    uint32_t offset;          /**< where the payload starts in the buffer: 0, except in a batch */
 } pl_received_t;
 
 /**
@@ -245,6 +246,18 @@ uint32_t pl_port_set_member_count(pl_port_set_t *set);
  */
 pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *buffer, size_t capacity,
                                 int64_t timeout_ns);
+
+/**
+ * Takes, without waiting, up to max messages already queued on the set's next ready port (no Mach
+ * equivalent: a batch of mach_msg receives). Their payloads are packed into buffer, each at outs[i].offset
+ * (8-byte aligned). One lock round on the set and one on the port serve the whole batch, where a receive per
+ * message takes three; the port then goes to the back of the ready ports, as after one receive.
+ * Returns PL_OK with *count >= 1, or PL_ERR_TIMED_OUT with *count == 0 when the next thing is not a port
+ * message that fits in buffer (nothing queued, a readable descriptor first, a message too large, or the
+ * set's periodic look at its descriptors is due): the caller then uses pl_port_set_receive.
+ */
+pl_status_t pl_port_set_receive_batch(pl_port_set_t *set, pl_received_t *outs, uint32_t max, void *buffer,
+                                      size_t capacity, uint32_t *count);
 
 /** How many times receivers on this set have gone to sleep and how many eventfd wake-ups senders have
  *  written, since creation. For tests and benchmarks of wake-up coalescing. */

@@ -13,7 +13,7 @@ import Musl
 ///
 /// Why a `ManagedBuffer`: the mutex lives in the same allocation as the state (a `PThreadLock` would be two
 /// more), which matters when a loop fires and frees 100,000 one-shot timers.
-final class ItemAttachment: ManagedBuffer<ItemAttachment.State, pthread_mutex_t>, @unchecked Sendable {
+final class ItemAttachment: ManagedBuffer<ItemAttachment.State, pthread_mutex_t> {
     struct State {
         var loop: PortRunLoop?
         var isValid = true

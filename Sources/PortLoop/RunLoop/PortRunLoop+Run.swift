@@ -158,20 +158,43 @@ extension PortRunLoop {
 
     /// Performs the Source1 of the first message and, when batching, of up to `messageBatch - 1` more
     /// already queued. Returns whether any source was performed.
+    ///
+    /// The others come in batches from one port at a time (`pl_port_set_receive_batch`: one lock round for many
+    /// messages), into a batch buffer this call owns while its callouts run: a callout that runs a nested loop
+    /// must not overwrite the payloads still to be handled, so a nested call finds the spare taken and makes
+    /// its own. What a batch cannot take (a descriptor, a large message) comes through a single receive.
     private func handleMessages(_ state: LoopMode, first: pl_received_t, batch: Bool) -> Bool {
-        var handled = handleMessage(state, first)
+        var handled = handleMessage(state, first, payload: receiveBuffer.baseAddress)
         guard batch else { return handled }
+        let messages = spareMessageBatch ?? MessageBatch()
+        spareMessageBatch = nil
+        defer { spareMessageBatch = messages }
+        var remaining = Self.messageBatch - 1
         var header = pl_received_t()
-        for _ in 1..<Self.messageBatch {
-            guard receive(on: state, header: &header, timeout: 0) == PL_OK else { break }
-            handled = handleMessage(state, header) || handled
+        while remaining > 0 {
+            var count: UInt32 = 0
+            _ = pl_port_set_receive_batch(state.portSet.set, messages.headers.baseAddress,
+                                          UInt32(min(remaining, messages.headers.count)),
+                                          messages.payloads.baseAddress, messages.payloads.count, &count)
+            if count == 0 {
+                guard receive(on: state, header: &header, timeout: 0) == PL_OK else { break }
+                handled = handleMessage(state, header, payload: receiveBuffer.baseAddress) || handled
+                remaining -= 1
+                continue
+            }
+            for index in 0..<Int(count) {
+                let received = messages.headers[index]
+                handled = handleMessage(state, received, payload: messages.payloads.baseAddress! + Int(received.offset))
+                    || handled
+            }
+            remaining -= Int(count)
         }
         return handled
     }
 
     /// Dispatches one received message: the wake-up port's is consumed and nothing else; a Source1's is
     /// performed and its reply sent. A readable descriptor is the main queue's or a descriptor source's.
-    private func handleMessage(_ state: LoopMode, _ header: pl_received_t) -> Bool {
+    private func handleMessage(_ state: LoopMode, _ header: pl_received_t, payload: UnsafeRawPointer?) -> Bool {
         guard header.kind == PL_RECEIVED_MESSAGE else {
             guard header.kind == PL_RECEIVED_FD else { return false }
             if header.fd == mainQueueHandle && state.holdsMainQueue {
@@ -185,7 +208,7 @@ extension PortRunLoop {
             return false
         }
         let payload = header.size == 0 ? [] :
-            Array(UnsafeRawBufferPointer(start: receiveBuffer.baseAddress, count: Int(header.size)))
+            Array(UnsafeRawBufferPointer(start: payload, count: Int(header.size)))
         let message = PortMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(), arrivalPort: arrival)
         // The source may have left the mode between receive and now (CF drops such a message too).
         guard let source = lock.withLock({ state.sources1[arrival] }), source.isValid else { return false }

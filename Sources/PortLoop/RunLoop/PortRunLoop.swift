@@ -73,6 +73,8 @@ public final class PortRunLoop: @unchecked Sendable {
     }
     /// The loop thread's receive buffer; touched only by that thread.
     var receiveBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 16)
+    /// The batch storage ``handleMessages`` lends itself while it runs; loop's thread only.
+    var spareMessageBatch: MessageBatch?
     /// libdispatch's main-queue eventfd once looked up, and the main-queue servicing state; main thread only.
     var mainQueueHandle: Int32 = -1
     var servicingMainQueue = false
@@ -250,5 +252,16 @@ struct PendingBlock {
             self.includesCommon = modes.contains(.common)
         }
         self.block = block
+    }
+}
+
+/// Storage for one batch of received messages: their headers and their payloads packed together.
+final class MessageBatch {
+    let headers = UnsafeMutableBufferPointer<pl_received_t>.allocate(capacity: PortRunLoop.messageBatch)
+    let payloads = UnsafeMutableRawBufferPointer.allocate(byteCount: 16_384, alignment: 16)
+
+    deinit {
+        headers.deallocate()
+        payloads.deallocate()
     }
 }
