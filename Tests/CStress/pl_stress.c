@@ -297,6 +297,18 @@ static void *sm_receiver(void *raw) {
     while (!atomic_load(arg->stop)) {
         pl_received_t header;
         int64_t timeout = (int64_t)(100 + rnd(&arg->seed) % 2000) * 1000; /* 0.1–2.1 ms */
+        /* Every other round, a batch first: it races the mutator's inserts, extracts and destroys. */
+        pl_received_t batch[8];
+        uint32_t count = 0;
+        if (rnd(&arg->seed) % 2 &&
+            pl_port_set_receive_batch(arg->set, batch, 8, buffer, sizeof buffer, &count) == PL_OK) {
+            for (uint32_t i = 0; i < count; i++) {
+                CHECK(message_intact(&batch[i], buffer + batch[i].offset));
+                release_reply(&batch[i]);
+                atomic_fetch_add(arg->received, 1);
+            }
+            continue;
+        }
         pl_status_t status = pl_port_set_receive(arg->set, &header, buffer, sizeof buffer, timeout);
         if (status == PL_OK) {
             CHECK(message_intact(&header, buffer));
@@ -380,21 +392,37 @@ typedef struct {
     pl_status_t end;
 } ts_arg_t;
 
+static void ts_handle(ts_arg_t *arg, pl_received_t *header, const unsigned char *payload) {
+    CHECK(message_intact(header, payload));
+    if (header->id >= 0 && header->id < TS_IDS) {
+        CHECK(atomic_fetch_add(&arg->seen[header->id], 1) == 0); /* never twice */
+    } else {
+        CHECK(!"id out of range");
+    }
+    release_reply(header);
+    atomic_fetch_add(arg->received, 1);
+}
+
+/* Odd receivers take batches (pl_port_set_receive_batch) when messages are queued, racing the others. */
 static void *ts_receiver(void *raw) {
     ts_arg_t *arg = raw;
     unsigned char buffer[BIG_BUFFER];
     for (;;) {
+        if (arg->index % 2 == 1) {
+            pl_received_t batch[16];
+            uint32_t count = 0;
+            pl_status_t status = pl_port_set_receive_batch(arg->set, batch, 16, buffer, sizeof buffer, &count);
+            if (status == PL_OK) {
+                CHECK(count >= 1 && count <= 16);
+                for (uint32_t i = 0; i < count; i++) ts_handle(arg, &batch[i], buffer + batch[i].offset);
+                continue;
+            }
+            if (status != PL_ERR_TIMED_OUT) { CHECK(count == 0); arg->end = status; break; }
+        }
         pl_received_t header;
         pl_status_t status = pl_port_set_receive(arg->set, &header, buffer, sizeof buffer, PL_TIMEOUT_FOREVER);
         if (status != PL_OK) { arg->end = status; break; }
-        CHECK(message_intact(&header, buffer));
-        if (header.id >= 0 && header.id < TS_IDS) {
-            CHECK(atomic_fetch_add(&arg->seen[header.id], 1) == 0); /* never twice */
-        } else {
-            CHECK(!"id out of range");
-        }
-        release_reply(&header);
-        atomic_fetch_add(arg->received, 1);
+        ts_handle(arg, &header, buffer);
     }
     pl_port_set_release(arg->set);
     return NULL;
@@ -770,6 +798,17 @@ static void scenario_too_large_race(void) {
     CHECK_OK(send_msg(port, 8, reply, 0)); /* 4096 bytes */
     pl_received_t header;
     CHECK_STATUS(pl_port_set_receive(set, &header, NULL, 0, 0), PL_ERR_TOO_LARGE);
+    /* A batch leaves it queued too, takes nothing, and refuses bad arguments. */
+    pl_received_t batch[4];
+    uint32_t count = 7;
+    unsigned char small[64];
+    CHECK_STATUS(pl_port_set_receive_batch(set, batch, 4, small, sizeof small, &count), PL_ERR_TIMED_OUT);
+    CHECK(count == 0 && pl_port_message_count(port) == 1);
+    CHECK_STATUS(pl_port_set_receive_batch(NULL, batch, 4, small, sizeof small, &count), PL_ERR_INVALID_ARG);
+    CHECK_STATUS(pl_port_set_receive_batch(set, NULL, 4, small, sizeof small, &count), PL_ERR_INVALID_ARG);
+    CHECK_STATUS(pl_port_set_receive_batch(set, batch, 0, small, sizeof small, &count), PL_ERR_INVALID_ARG);
+    CHECK_STATUS(pl_port_set_receive_batch(set, batch, 4, NULL, 64, &count), PL_ERR_INVALID_ARG);
+    CHECK_STATUS(pl_port_set_receive_batch(set, batch, 4, small, sizeof small, NULL), PL_ERR_INVALID_ARG);
     CHECK(header.size == 4096);
     CHECK(pl_port_message_count(port) == 1);
     CHECK_OK(pl_port_destroy(port));

@@ -87,6 +87,45 @@ struct RunLoopSourceTests {
         #expect(received.current == (0..<5000).map { Int32($0) })
     }
 
+    @Test("Source1 messages taken in batches keep their order and payloads, large ones and nested runs included")
+    func source1Batches() throws {
+        // Queued before the loop runs, so that the loop takes them in batches. Every seventh payload is larger
+        // than a batch's buffer and must come through a single receive. The callout of message 150 (not in the
+        // first pass, so that the loop's spare batch storage exists) runs a nested loop that takes a batch of
+        // its own while the outer batch's payloads wait.
+        @Sendable func payload(_ id: Int) -> [UInt8] {
+            [UInt8](repeating: UInt8(truncatingIfNeeded: id), count: id % 7 == 0 ? 20_000 : id % 50)
+        }
+        let nestedMode = PortRunLoop.Mode("batch-nested")
+        let seen = Locked([Int32]())
+        let corrupt = Locked([Int32]())
+        let nestedSeen = Locked(0)
+        let nested = try RunLoopPortSource(queueLimit: 1024) { message in
+            if message.payload != payload(Int(message.id)) { corrupt.withLock { $0.append(-message.id) } }
+            nestedSeen.withLock { $0 += 1 }
+            return nil
+        }
+        let source = try RunLoopPortSource(queueLimit: 1024, maxMessageSize: 40_000) { message in
+            seen.withLock { $0.append(message.id) }
+            if message.payload != payload(Int(message.id)) { corrupt.withLock { $0.append(message.id) } }
+            if message.id == 150 { _ = PortRunLoop.current.run(mode: nestedMode, timeout: .milliseconds(200)) }
+            if message.id == 299 { PortRunLoop.current.stop() }
+            return nil
+        }
+        let sender = source.makeSendRight()
+        let nestedSender = nested.makeSendRight()
+        for id in 0..<300 { try sender.send(id: Int32(id), bytes: payload(id)) }
+        for id in 1..<100 where id % 7 != 0 { try nestedSender.send(id: Int32(id), bytes: payload(id)) }
+        let worker = TestLoopThread(setUp: { loop in
+            try loop.add(source, mode: .default)
+            try loop.add(nested, mode: nestedMode)
+        }, body: { loop in [loop.run(mode: .default, timeout: .seconds(30))] })
+        #expect(worker.join() == [.stopped])
+        #expect(seen.current == (0..<300).map { Int32($0) })
+        #expect(corrupt.current.isEmpty)
+        #expect(nestedSeen.current == 85)
+    }
+
     @Test("removing a source during a run: it is not performed again and the mode may finish")
     func removeDuringRun() throws {
         let performed = Locked(0)
