@@ -78,7 +78,10 @@ struct pl_port_set {
     struct event_base *base;
     int wake_fd;              /* eventfd: senders write it to wake the thread looping the base */
     struct event *wake_event;
+    int timer_fd;             /* timerfd on CLOCK_MONOTONIC, armed only for timed receives */
     struct event *timer_event;
+    bool timer_armed;         /* timer_fd is set for timer_deadline and has not fired; leader only */
+    int64_t timer_deadline;
     bool polling;             /* a thread is inside event_base_loop */
     bool wake_pending;        /* wake_fd was written and not yet consumed */
     uint32_t sleeping_followers;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 /* A set looks at its descriptors at least this often while its ports are flooded, so that a busy port
@@ -39,8 +40,14 @@ static void pl_on_wake(evutil_socket_t fd, short what, void *arg) {
     pthread_mutex_unlock(&set->lock);
 }
 
+/* The receive timer expired: drain the timerfd. Ending event_base_loop(EVLOOP_ONCE) is the rest of its job. */
 static void pl_on_timer(evutil_socket_t fd, short what, void *arg) {
-    (void)fd; (void)what; (void)arg; /* its only job is to end event_base_loop(EVLOOP_ONCE) */
+    (void)what;
+    pl_port_set_t *set = arg;
+    uint64_t expirations;
+    ssize_t n;
+    do { n = read(fd, &expirations, sizeof expirations); } while (n < 0 && errno == EINTR);
+    set->timer_armed = false;
 }
 
 static void pl_on_fd_readable(evutil_socket_t fd, short what, void *arg) {
@@ -64,6 +71,7 @@ static void pl_port_set_free(pl_port_set_t *set) {
     if (set->timer_event) event_free(set->timer_event);
     if (set->base) event_base_free(set->base);
     if (set->wake_fd >= 0) close(set->wake_fd);
+    if (set->timer_fd >= 0) close(set->timer_fd);
     pthread_cond_destroy(&set->followers);
     pthread_mutex_destroy(&set->lock);
     free(set);
@@ -81,19 +89,21 @@ pl_status_t pl_port_set_create(pl_port_set_t **out_set) {
     pl_cond_init_monotonic(&set->followers);
     atomic_init(&set->refs, 1);
     set->wake_fd = -1;
+    set->timer_fd = -1;
 
-    /* The precise timer makes libevent use CLOCK_MONOTONIC and a timerfd instead of the coarse clock and
-     * epoll's millisecond timeout (SPEC §8). */
-    struct event_config *config = event_config_new();
-    if (config == NULL) { pl_port_set_free(set); return PL_ERR_NO_MEMORY; }
-    event_config_set_flag(config, EVENT_BASE_FLAG_PRECISE_TIMER);
-    set->base = event_base_new_with_config(config);
-    event_config_free(config);
+    /* Timed receives sleep on a timerfd of the set's own, a descriptor member of the base like the wake-up
+     * eventfd, set to the receive's absolute deadline on CLOCK_MONOTONIC: exact to the nanosecond, and armed
+     * only when a receive is timed and its deadline changed. libevent's own timers are not used: with the
+     * coarse clock they are off by 1-4 ms, and its precise timer (EVENT_BASE_FLAG_PRECISE_TIMER, SPEC §8)
+     * re-arms or disarms its timerfd on every dispatch, a system call on every sleep even without a timeout. */
+    set->base = event_base_new();
     set->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (set->base == NULL || set->wake_fd < 0) { pl_port_set_free(set); return PL_ERR_SYSTEM; }
+    set->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (set->base == NULL || set->wake_fd < 0 || set->timer_fd < 0) { pl_port_set_free(set); return PL_ERR_SYSTEM; }
     set->wake_event = event_new(set->base, set->wake_fd, EV_READ | EV_PERSIST, pl_on_wake, set);
-    set->timer_event = evtimer_new(set->base, pl_on_timer, set);
-    if (set->wake_event == NULL || set->timer_event == NULL || event_add(set->wake_event, NULL) != 0) {
+    set->timer_event = event_new(set->base, set->timer_fd, EV_READ | EV_PERSIST, pl_on_timer, set);
+    if (set->wake_event == NULL || set->timer_event == NULL || event_add(set->wake_event, NULL) != 0 ||
+        event_add(set->timer_event, NULL) != 0) {
         pl_port_set_free(set);
         return PL_ERR_SYSTEM;
     }
@@ -438,16 +448,22 @@ static void pl_loop_base_unlocked(pl_port_set_t *set, int64_t deadline, bool non
         event_base_loop(set->base, EVLOOP_NONBLOCK | EVLOOP_ONCE);
         return;
     }
-    bool timed = deadline != INT64_MAX;
-    if (timed) {
-        int64_t remaining = deadline - pl_now_ns();
-        if (remaining < 0) remaining = 0;
-        int64_t micros = (remaining + 999) / 1000; /* round up: never wake before the deadline */
-        struct timeval tv = { .tv_sec = micros / 1000000, .tv_usec = micros % 1000000 };
-        event_add(set->timer_event, &tv);
+    if (deadline != INT64_MAX) {
+        /* Armed already for this very deadline (a sleep that a message cut short, resumed): nothing to do. */
+        if (!set->timer_armed || set->timer_deadline != deadline) {
+            struct itimerspec at = { .it_value = pl_timespec_from_ns(deadline) };
+            timerfd_settime(set->timer_fd, TFD_TIMER_ABSTIME, &at, NULL);
+            set->timer_armed = true;
+            set->timer_deadline = deadline;
+        }
+    } else if (set->timer_armed) {
+        /* An untimed sleep after a timed one that ended early: disarm (which also clears an expiry not yet
+         * read), or it would wake this sleep. */
+        struct itimerspec off = { { 0, 0 }, { 0, 0 } };
+        timerfd_settime(set->timer_fd, 0, &off, NULL);
+        set->timer_armed = false;
     }
     event_base_loop(set->base, EVLOOP_ONCE);
-    if (timed) event_del(set->timer_event);
 }
 
 /* Takes one message from the first ready port. Called with the set lock held and ready_head set; returns
