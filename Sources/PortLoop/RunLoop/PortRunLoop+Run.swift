@@ -259,7 +259,19 @@ extension PortRunLoop {
             }
             more = batch.slots.count == Self.timerChunk
             if batch.timers.isEmpty { break }
-            for timer in batch.timers { batch.outcomes.append(fire(timer, now: now)) }
+            let count = batch.timers.count
+            for index in 0..<count {
+                // The timers themselves were fetched when popped; fetch each one's lock and its handler's
+                // context a few firings ahead.
+                if index + Self.attachmentLookahead < count {
+                    let ahead = batch.timers[index + Self.attachmentLookahead]
+                    let attachment = UnsafeRawPointer(Unmanaged.passUnretained(ahead.attachment).toOpaque())
+                    pl_prefetch(attachment)
+                    pl_prefetch(attachment + 64)
+                    pl_prefetch(ahead.handlerContextAddress)
+                }
+                batch.outcomes.append(fire(batch.timers[index], now: now))
+            }
             lock.withLock { settleLocked(batch) }
             // Released outside the lock: a retired timer's captures may run code that calls into this loop.
             batch.removeAll()
@@ -269,6 +281,8 @@ extension PortRunLoop {
 
     /// How many due timers one lock hold takes from the heap.
     static let timerChunk = 256
+    /// How many firings ahead a timer's attachment (its lock) is fetched from memory.
+    static let attachmentLookahead = 4
 
     /// What the heaps must do about a timer after ``fire(_:now:)``.
     enum TimerOutcome {
