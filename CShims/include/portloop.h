@@ -14,7 +14,9 @@
  *  - Waiting is done by whoever waits, never by the port. A receiver blocked directly on a port sleeps on
  *    the port's condition variable (a futex: no descriptor, exact timeouts). A receiver blocked on a port
  *    set sleeps in the set's libevent event_base, which holds the set's wake-up eventfd, its descriptor
- *    members and its receive timer (EVENT_BASE_FLAG_PRECISE_TIMER: timerfd, not the coarse clock).
+ *    members and its receive timer: a timerfd of the set's own on CLOCK_MONOTONIC, armed only when a
+ *    receive is timed and its deadline changed (libevent's coarse clock is off by 1-4 ms, and its precise
+ *    timer re-arms a timerfd on every dispatch, a system call on every sleep).
  *    Only one thread may loop an event_base at a time, so further receivers on the same set sleep on the
  *    set's condition variable and take over the base when the looping one leaves (leader/followers).
  *
@@ -23,11 +25,15 @@
  *    has consumed it. A receiver that is awake and busy costs its senders no syscall at all.
  *
  *  - No lock is held across a syscall: senders decide under the lock whom to wake and do the eventfd
- *    write or futex wake after unlocking; descriptor events are deleted outside the set's lock.
+ *    write or futex wake after unlocking; descriptor events are deleted outside the set's lock. Port and
+ *    set mutexes spin briefly before sleeping (adaptive), as they are held for a few dozen instructions.
+ *    A receive that makes room in a full port signals a waiting sender only if no signal is already on its
+ *    way to each waiting sender.
  *
  *  - A set keeps a FIFO of its member ports that have messages. A receive takes the first, dequeues one
  *    message and, if the port still has more, puts it back at the tail: ready ports are served
  *    round-robin and a flooded port cannot starve the others. The cost does not depend on set size.
+ *    pl_port_set_receive_batch takes several queued messages of the first ready port in one lock round.
  *
  *  - Lock order is port before set. A port's membership list is guarded by the port's lock; a set's
  *    member and ready lists by the set's lock.
