@@ -1,4 +1,5 @@
 import CPortLoop
+import Synchronization
 
 /// The state of one mode of one loop (CF's `__CFRunLoopMode`). Guarded by the loop's lock.
 ///
@@ -7,11 +8,22 @@ import CPortLoop
 final class LoopMode {
     let name: PortRunLoop.Mode
     let portSet: PortSet
-    var sources0: [RunLoopSource] = []
+    var sources0: [RunLoopSource] = [] {
+        didSet { hasSources0.store(!sources0.isEmpty, ordering: .relaxed) }
+    }
+    /// Whether `sources0` is not empty, readable without the loop's lock: a pass of a mode without version-0
+    /// sources skips the lock for them.
+    let hasSources0 = Atomic<Bool>(false)
     var sources1: [PortName: RunLoopPortSource] = [:]
     /// Descriptor sources by descriptor; the port set watches each descriptor once.
     var descriptorSources: [Int32: RunLoopDescriptorSource] = [:]
-    var observers: [RunLoopObserver] = []
+    var observers: [RunLoopObserver] = [] {
+        didSet { observedActivities.store(observers.reduce(0) { $0 | $1.activities.rawValue }, ordering: .relaxed) }
+    }
+    /// The activities the mode's observers watch, together; kept with `observers` and readable without the
+    /// loop's lock, so that a pass skips the lock for an activity nobody observes. (An observer added while a
+    /// pass runs may miss that pass, as it may under the lock.)
+    let observedActivities = Atomic<UInt>(0)
     // Unchecked exclusivity: guarded by the loop's lock, and the run-time checks showed in the firing path.
     @exclusivity(unchecked) var timers = TimerHeap()
     /// Whether libdispatch's main-queue eventfd is in the port set (main loop only, main thread only).

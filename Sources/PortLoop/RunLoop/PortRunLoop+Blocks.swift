@@ -29,6 +29,7 @@ extension PortRunLoop {
                 for mode in modes where mode != .common && mode != .default { _ = try modeLocked(mode) } // names create modes
             }
             blocks.append(pending)
+            blocksPending.store(true, ordering: .releasing)
             guard wake, !wakeUpQueued else { return false }
             wakeUpQueued = true
             return true
@@ -47,6 +48,9 @@ extension PortRunLoop {
         // The queue is swapped with an empty one that kept its storage from the last pass, so that neither
         // side allocates in a steady stream of blocks. A block running a nested loop finds the spare taken
         // and uses a fresh one.
+        // Without the lock first: most passes find no block queued. A block queued with a wake-up is seen
+        // here, as the flag is set before the wake-up is sent and read after it is received.
+        guard blocksPending.load(ordering: .acquiring) else { return false }
         var taken = Deque<PendingBlock>()
         swap(&taken, &spareBlocks)
         lock.lock()
@@ -56,6 +60,7 @@ extension PortRunLoop {
             return false
         }
         swap(&taken, &blocks)
+        blocksPending.store(false, ordering: .relaxed)
         let modeIsCommon = commonModes.contains(state.name)
         lock.unlock()
 
@@ -70,7 +75,12 @@ extension PortRunLoop {
                 kept.append(pending)
             }
         }
-        if !kept.isEmpty { lock.withLock { blocks.insert(contentsOf: kept, at: 0) } }
+        if !kept.isEmpty {
+            lock.withLock {
+                blocks.insert(contentsOf: kept, at: 0)
+                blocksPending.store(true, ordering: .releasing)
+            }
+        }
         spareBlocks = taken // empty, with its storage
         return ran
     }

@@ -87,7 +87,7 @@ extension PortRunLoop {
             doBlocks(state)
 
             if handled && returnAfterSourceHandled { return .handledSource }
-            if monotonicNanoseconds() >= deadline { return .timedOut }
+            if deadline != .max && monotonicNanoseconds() >= deadline { return .timedOut }
             let (stopped, empty) = lock.withLock { () -> (Bool, Bool) in
                 if stopRequested {
                     stopRequested = false
@@ -244,7 +244,13 @@ extension PortRunLoop {
     /// Each timer is claimed and released under its own lock; the loop's lock is taken once per chunk, to take
     /// the next chunk and settle the previous one in the heaps.
     private func fireDueTimers(_ state: LoopMode) {
-        let now = monotonicNanoseconds()
+        // Most passes have no timer due: one lock round tells, without reading the clock when there are none.
+        let due = lock.withLock { () -> Int64? in
+            guard let first = state.timers.firstFireDate else { return nil }
+            let now = monotonicNanoseconds()
+            return first <= now ? now : nil
+        }
+        guard let now = due else { return }
         // A nested run from a callback finds the batch taken and makes its own.
         var batch = TimerBatch()
         swap(&batch, &timerBatchScratch)
@@ -354,6 +360,7 @@ extension PortRunLoop {
     /// Performs the signalled version-0 sources in ascending order, ties by signal time
     /// (`__CFRunLoopDoSources0`).
     private func doSources0(_ state: LoopMode) -> Bool {
+        guard state.hasSources0.load(ordering: .relaxed) else { return false }
         let ready = lock.withLock { () -> [RunLoopSource] in
             state.sources0.isEmpty ? [] : state.sources0.filter(\.isSignalled)
         }
@@ -371,6 +378,8 @@ extension PortRunLoop {
 
     /// Calls the mode's observers of one activity, in order (`__CFRunLoopDoObservers`).
     func doObservers(_ state: LoopMode, _ activity: Activity) {
+        // Without the lock: a pass checks six activities, and most loops observe few or none of them.
+        guard state.observedActivities.load(ordering: .relaxed) & activity.rawValue != 0 else { return }
         let observers = lock.withLock { () -> [RunLoopObserver] in
             state.observers.isEmpty ? [] : state.observers.filter { $0.activities.contains(activity) }
         }

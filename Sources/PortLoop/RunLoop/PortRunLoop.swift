@@ -36,6 +36,9 @@ public final class PortRunLoop: @unchecked Sendable {
     var commonModes: Set<Mode> = [.default]
     var commonItems: [LoopItem] = []
     var blocks = Deque<PendingBlock>()
+    /// Whether `blocks` may hold something: set with the lock when a block is queued, cleared with it when
+    /// the queue is taken; read without the lock by each pass's block points.
+    let blocksPending = Atomic<Bool>(false)
     /// Whether a wake-up sent by ``performAndWakeUp(inModes:_:)`` is still in the wake-up port; cleared when
     /// the loop receives it.
     var wakeUpQueued = false
@@ -212,6 +215,7 @@ public final class PortRunLoop: @unchecked Sendable {
             modes.removeAll()
             commonItems.removeAll()
             swap(&droppedBlocks, &blocks)
+            blocksPending.store(false, ordering: .relaxed)
         }
         droppedBlocks.removeAll()
         for item in items { item.attachment.forgetLoop() }
