@@ -155,7 +155,6 @@ static inline bool pl_timeout_valid(int64_t timeout_ns) {
 }
 
 /* Condition variables use CLOCK_MONOTONIC so that timed waits are immune to wall-clock changes. */
-void pl_mutex_init_adaptive(pthread_mutex_t *lock);
 void pl_cond_init_monotonic(pthread_cond_t *cond);
 
 /* Waits on cond until deadline (INT64_MAX: forever). Spurious returns are the caller's to handle. */

@@ -49,11 +49,17 @@
 #define PORTLOOP_H
 
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
 /// Asks the CPU to start loading the cache line at `address` (no effect if it is invalid). Why a shim: Swift
 /// has no prefetch; the run loop uses it when it is about to touch many timer objects at random addresses.
 static inline void pl_prefetch(const void *address) { __builtin_prefetch(address); }
+
+/// Initialises a mutex that spins briefly before it sleeps (glibc's PTHREAD_MUTEX_ADAPTIVE_NP). Why a shim:
+/// the constant needs _GNU_SOURCE, which Swift's Glibc module does not define; the Swift layer's own locks (a
+/// run loop's, taken by its thread and by every thread that queues work on it) are held as briefly as a port's.
+void pl_mutex_init_adaptive(pthread_mutex_t *lock);
 
 #ifdef __cplusplus
 extern "C" {

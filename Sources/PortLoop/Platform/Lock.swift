@@ -1,3 +1,4 @@
+import CPortLoop
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -14,7 +15,7 @@ final class PThreadLock: @unchecked Sendable {
     init() {
         mutex = .allocate(capacity: 1)
         mutex.initialize(to: pthread_mutex_t())
-        pthread_mutex_init(mutex, nil)
+        pl_mutex_init_adaptive(mutex) // spins briefly before sleeping: held for a few dozen instructions
     }
 
     deinit {

@@ -1,3 +1,4 @@
+import CPortLoop
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -26,7 +27,7 @@ final class ItemAttachment: ManagedBuffer<ItemAttachment.State, pthread_mutex_t>
         let attachment = unsafeDowncast(create(minimumCapacity: 1) { _ in State() }, to: ItemAttachment.self)
         attachment.withUnsafeMutablePointerToElements { mutex in
             mutex.initialize(to: pthread_mutex_t())
-            _ = pthread_mutex_init(mutex, nil)
+            pl_mutex_init_adaptive(mutex)
         }
         return attachment
     }
