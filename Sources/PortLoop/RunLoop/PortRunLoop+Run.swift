@@ -72,11 +72,17 @@ extension PortRunLoop {
             if handled { doBlocks(state) }
 
             // A mode that has just become empty (its last block ran, its last source left) finishes
-            // instead of sleeping until the deadline.
-            let poll = handled || pollOnly || lock.withLock { isEmptyLocked(state) }
+            // instead of sleeping until the deadline. Unless someone observes the waiting activities (which
+            // must not be reported around a sleep that does not happen), the check is made in the same lock
+            // hold as the sleep's preparation.
+            var poll = handled || pollOnly
+            let waitingObserved = state.observedActivities.load(ordering: .relaxed)
+                & (Activity.beforeWaiting.rawValue | Activity.afterWaiting.rawValue) != 0
+            if !poll && waitingObserved { poll = lock.withLock { isEmptyLocked(state) } }
             if !poll { doObservers(state, .beforeWaiting) }
             var header = pl_received_t()
-            let status = sleep(in: state, poll: poll, deadline: deadline, header: &header)
+            let status = sleep(in: state, poll: poll, pollIfEmpty: !poll && !waitingObserved, deadline: deadline,
+                               header: &header)
             if !poll { doObservers(state, .afterWaiting) }
 
             // Handle whatever woke the loop.
@@ -102,12 +108,15 @@ extension PortRunLoop {
 
     /// Receives on the mode's port set: at once when polling, otherwise until a message arrives, the mode's
     /// next timer is due (within tolerance) or the run's deadline passes. This is the loop's sleep.
-    private func sleep(in state: LoopMode, poll: Bool, deadline: Int64,
+    ///
+    /// With `pollIfEmpty`, a mode found empty in the same lock hold is polled instead.
+    private func sleep(in state: LoopMode, poll: Bool, pollIfEmpty: Bool, deadline: Int64,
                        header: inout pl_received_t) -> pl_status_t {
-        let timerWake = lock.withLock { () -> Int64? in
+        let (timerWake, empty) = lock.withLock { () -> (Int64?, Bool) in
             sleepingMode = state
-            return state.timers.wakeDeadline()
+            return (state.timers.wakeDeadline(), pollIfEmpty && isEmptyLocked(state))
         }
+        let poll = poll || empty
         var timeout: Int64 = 0
         var status = PL_ERR_TIMED_OUT
         if !poll {
