@@ -109,6 +109,26 @@ struct RunLoopTimerTests {
         #expect(timer.interval == .milliseconds(100))
     }
 
+    @Test("timers a few microseconds apart, which the loop polls for instead of sleeping, never fire early")
+    func imminentTimersNotEarly() throws {
+        // 3 µs apart: each next timer is within the loop's imminent-timer spin when the previous one has fired.
+        let fired = Locked([(index: Int, at: ContinuousClock.Instant)]())
+        let dates = Locked([ContinuousClock.Instant]())
+        let worker = TestLoopThread(setUp: { loop in
+            let base = ContinuousClock.now + .milliseconds(20)
+            for index in 0..<300 {
+                let date = base + .microseconds(3 * index)
+                dates.withLock { $0.append(date) }
+                try loop.add(RunLoopTimer(fireAt: date) { _ in fired.withLock { $0.append((index, .now)) } }, mode: .default)
+            }
+        }, body: { loop in [loop.run(mode: .default, timeout: .seconds(10))] })
+        #expect(worker.join() == [.finished])
+        let all = fired.current, due = dates.current
+        #expect(all.map(\.index) == Array(0..<300))
+        let early = all.filter { $0.at < due[$0.index] }
+        #expect(early.isEmpty, "fired early: \(early.prefix(3).map(\.index))")
+    }
+
     @Test("100,000 timers fire in fire-date order")
     func manyTimersInOrder() throws {
         let count = 100_000

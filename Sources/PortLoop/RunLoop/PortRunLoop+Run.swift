@@ -121,7 +121,7 @@ extension PortRunLoop {
         var status = PL_ERR_TIMED_OUT
         if !poll {
             let until = min(deadline, timerWake ?? .max)
-            status = spin(on: state, until: until, header: &header)
+            status = spin(on: state, until: until, timerDue: timerWake != nil && until == timerWake, header: &header)
             if status == PL_ERR_TIMED_OUT {
                 timeout = until == .max ? PL_TIMEOUT_FOREVER : max(0, until - monotonicNanoseconds())
                 waiting.store(true, ordering: .releasing)
@@ -138,10 +138,19 @@ extension PortRunLoop {
     /// The low-latency mode: before sleeping, poll the mode's port set for up to ``spinBeforeSleeping``
     /// (never past `until`). A message that arrives meanwhile is taken without either side making a system
     /// call: the sender finds no sleeper to wake. Returns `PL_ERR_TIMED_OUT` when nothing came.
-    private func spin(on state: LoopMode, until: Int64, header: inout pl_received_t) -> pl_status_t {
-        let spin = spinNanoseconds.load(ordering: .relaxed)
+    ///
+    /// Whatever the setting, a loop whose next timer is due within ``imminentTimerSpin`` polls until then
+    /// rather than sleeping: arming the timer, sleeping and waking take longer than that, and would make the
+    /// timer late by as much (`timerDue`: `until` is that timer's).
+    private func spin(on state: LoopMode, until: Int64, timerDue: Bool, header: inout pl_received_t) -> pl_status_t {
+        var spin = spinNanoseconds.load(ordering: .relaxed)
+        var now: Int64 = 0
+        if timerDue {
+            now = monotonicNanoseconds()
+            if until - now <= Self.imminentTimerSpin { spin = max(spin, until - now) }
+        }
         guard spin > 0 else { return PL_ERR_TIMED_OUT }
-        let spinUntil = min(until, monotonicNanoseconds().addingClamped(spin))
+        let spinUntil = min(until, (timerDue ? now : monotonicNanoseconds()).addingClamped(spin))
         repeat {
             let status = receive(on: state, header: &header, timeout: 0)
             if status != PL_ERR_TIMED_OUT { return status }
@@ -293,6 +302,9 @@ extension PortRunLoop {
         }
         swap(&batch, &timerBatchScratch)
     }
+
+    /// How close a due timer must be for the loop to poll until it rather than sleep (see `spin`).
+    static let imminentTimerSpin: Int64 = 10_000
 
     /// How many due timers one lock hold takes from the heap.
     static let timerChunk = 256
