@@ -7,39 +7,22 @@ struct TimerHeapTests {
     @Test("random inserts, removals and reschedules pop in (fire date, scheduling) order")
     func randomOperations() {
         var generator = SystemRandomNumberGenerator()
-        var heap = TimerHeap()
-        // The live slots with their fire date and the order they were last scheduled in.
-        var live: [(timer: RunLoopTimer, slot: Int32, fireDate: Int64, scheduled: Int)] = []
-        var scheduling = 0
+        var model = HeapModel()
         for _ in 0..<5_000 {
+            let date = Int64.random(in: 0..<1_000, using: &generator)
             switch Int.random(in: 0..<10, using: &generator) {
-            case 0..<6:
-                let date = Int64.random(in: 0..<1_000, using: &generator)
-                scheduling += 1
-                let timer = RunLoopTimer(after: .seconds(1)) { _ in }
-                live.append((timer, heap.insert(timer, fireDate: date, latest: date), date, scheduling))
-            case 6..<8 where !live.isEmpty:
-                let entry = live.remove(at: Int.random(in: 0..<live.count, using: &generator))
-                heap.remove(slot: entry.slot)
-            case 8..<10 where !live.isEmpty:
-                let index = Int.random(in: 0..<live.count, using: &generator)
-                let date = Int64.random(in: 0..<1_000, using: &generator)
-                scheduling += 1
-                heap.reschedule(slot: live[index].slot, fireDate: date, latest: date)
-                live[index].fireDate = date
-                live[index].scheduled = scheduling
-            default:
-                break
+            case 0..<6: model.insert(date)
+            case 6..<8 where !model.live.isEmpty: model.remove(Int.random(in: 0..<model.live.count, using: &generator))
+            case 8..<10 where !model.live.isEmpty:
+                model.reschedule(Int.random(in: 0..<model.live.count, using: &generator), to: date)
+            default: break
             }
-            #expect(Set(live.map(\.slot)).count == live.count, "a slot was handed out twice")
+            #expect(Set(model.live.map(\.slot)).count == model.live.count, "a slot was handed out twice")
         }
-        #expect(heap.count == live.count)
-        #expect(heap.timers.count == live.count)
-        let expected = live.sorted { $0.fireDate != $1.fireDate ? $0.fireDate < $1.fireDate : $0.scheduled < $1.scheduled }
-        #expect(heap.firstFireDate == expected.first?.fireDate)
-        var popped: [ObjectIdentifier] = []
-        while let timer = heap.popFirst(dueBy: .max) { popped.append(ObjectIdentifier(timer)) }
-        #expect(popped == expected.map { ObjectIdentifier($0.timer) })
+        #expect(model.heap.count == model.live.count)
+        #expect(model.heap.timers.count == model.live.count)
+        #expect(model.heap.firstFireDate == model.expectedOrder.first?.fireDate)
+        model.expectPopsInOrder()
     }
 
     @Test("pops come in fire-date order, ties in scheduling order, and stop at the due date")
@@ -86,31 +69,19 @@ struct TimerHeapTests {
 
     @Test("when the 32-bit sequences run out the heap renumbers them and keeps its order")
     func sequenceRenumbering() {
-        var heap = TimerHeap()
-        heap.sequenceLimit = 40 // renumber every few dozen schedulings
+        var model = HeapModel()
+        model.heap.sequenceLimit = 40 // renumber every few dozen schedulings
         var generator = SystemRandomNumberGenerator()
-        var live: [(timer: RunLoopTimer, slot: Int32, fireDate: Int64, scheduled: Int)] = []
-        var scheduling = 0
         for _ in 0..<2_000 {
-            if live.count < 30 || Bool.random(using: &generator) {
-                let date = Int64.random(in: 0..<50, using: &generator) // many ties
-                let timer = RunLoopTimer(after: .seconds(1)) { _ in }
-                scheduling += 1
-                live.append((timer, heap.insert(timer, fireDate: date, latest: date), date, scheduling))
+            let date = Int64.random(in: 0..<50, using: &generator) // many ties
+            if model.live.count < 30 || Bool.random(using: &generator) {
+                model.insert(date)
             } else {
-                let index = Int.random(in: 0..<live.count, using: &generator)
-                let date = Int64.random(in: 0..<50, using: &generator)
-                scheduling += 1
-                heap.reschedule(slot: live[index].slot, fireDate: date, latest: date)
-                live[index].fireDate = date
-                live[index].scheduled = scheduling
+                model.reschedule(Int.random(in: 0..<model.live.count, using: &generator), to: date)
             }
-            if live.count > 35 { heap.remove(slot: live.removeFirst().slot) }
+            if model.live.count > 35 { model.remove(0) }
         }
-        let expected = live.sorted { $0.fireDate != $1.fireDate ? $0.fireDate < $1.fireDate : $0.scheduled < $1.scheduled }
-        var popped: [ObjectIdentifier] = []
-        while let timer = heap.popFirst(dueBy: .max) { popped.append(ObjectIdentifier(timer)) }
-        #expect(popped == expected.map { ObjectIdentifier($0.timer) })
+        model.expectPopsInOrder()
     }
 
     @Test("the wake deadline batches timers within their tolerance")
@@ -125,5 +96,42 @@ struct TimerHeapTests {
         #expect(empty.wakeDeadline() == nil)
         _ = empty.insert(timer, fireDate: 5, latest: 9)
         #expect(empty.wakeDeadline() == 9)
+    }
+}
+
+/// A timer heap beside a plain list of what it should hold: each live timer's slot, fire date and the order
+/// it was last scheduled in.
+private struct HeapModel: ~Copyable {
+    var heap = TimerHeap()
+    var live: [(timer: RunLoopTimer, slot: Int32, fireDate: Int64, scheduled: Int)] = []
+    private var scheduling = 0
+
+    mutating func insert(_ date: Int64) {
+        scheduling += 1
+        let timer = RunLoopTimer(after: .seconds(1)) { _ in }
+        live.append((timer, heap.insert(timer, fireDate: date, latest: date), date, scheduling))
+    }
+
+    mutating func remove(_ index: Int) {
+        heap.remove(slot: live.remove(at: index).slot)
+    }
+
+    mutating func reschedule(_ index: Int, to date: Int64) {
+        scheduling += 1
+        heap.reschedule(slot: live[index].slot, fireDate: date, latest: date)
+        live[index].fireDate = date
+        live[index].scheduled = scheduling
+    }
+
+    var expectedOrder: [(timer: RunLoopTimer, slot: Int32, fireDate: Int64, scheduled: Int)] {
+        live.sorted { $0.fireDate != $1.fireDate ? $0.fireDate < $1.fireDate : $0.scheduled < $1.scheduled }
+    }
+
+    /// Pops everything and expects the model's order.
+    mutating func expectPopsInOrder() {
+        let expected = expectedOrder.map { ObjectIdentifier($0.timer) }
+        var popped: [ObjectIdentifier] = []
+        while let timer = heap.popFirst(dueBy: .max) { popped.append(ObjectIdentifier(timer)) }
+        #expect(popped == expected)
     }
 }
