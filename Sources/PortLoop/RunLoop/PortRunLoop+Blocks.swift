@@ -61,6 +61,10 @@ extension PortRunLoop {
         }
         swap(&taken, &blocks)
         blocksPending.store(false, ordering: .relaxed)
+        // The blocks a queued wake-up was sent for are taken now; blocks queued from here on need a new one.
+        // (Cleared here rather than when the wake-up is received, which would cost a lock hold of its own:
+        // `wakeUpQueued` implies `blocksPending`, so the pass that received the wake-up gets here.)
+        wakeUpQueued = false
         let modeIsCommon = commonModes.contains(state.name)
         lock.unlock()
 

@@ -221,10 +221,7 @@ extension PortRunLoop {
             return performDescriptorSource(state, fileDescriptor: header.fd)
         }
         let arrival = PortName(rawValue: header.arrival_name)
-        if arrival == wakeUpPortName {
-            lock.withLock { wakeUpQueued = false } // blocks queued from now on need a new one
-            return false
-        }
+        if arrival == wakeUpPortName { return false } // consumed; `doBlocks` clears `wakeUpQueued`
         let payload = header.size == 0 ? [] :
             Array(UnsafeRawBufferPointer(start: payload, count: Int(header.size)))
         let message = PortMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(), arrivalPort: arrival)

@@ -39,8 +39,8 @@ public final class PortRunLoop: @unchecked Sendable {
     /// Whether `blocks` may hold something: set with the lock when a block is queued, cleared with it when
     /// the queue is taken; read without the lock by each pass's block points.
     let blocksPending = Atomic<Bool>(false)
-    /// Whether a wake-up sent by ``performAndWakeUp(inModes:_:)`` is still in the wake-up port; cleared when
-    /// the loop receives it.
+    /// Whether a wake-up sent by ``performAndWakeUp(inModes:_:)`` is on its way: set with the block that sent
+    /// it, cleared when the loop takes the queued blocks.
     var wakeUpQueued = false
     /// The emptied block queue of the last pass, kept for its storage; used by the loop's thread only.
     var spareBlocks = Deque<PendingBlock>()
