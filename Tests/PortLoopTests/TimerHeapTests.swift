@@ -135,3 +135,14 @@ private struct HeapModel: ~Copyable {
         #expect(popped == expected)
     }
 }
+
+extension TimerHeap {
+    /// Pops the earliest timer if it is due by `now`, through the loop's own path (a chunk of one); its slot
+    /// stays its own until ``remove(slot:)``.
+    mutating func popFirst(dueBy now: Int64) -> RunLoopTimer? {
+        var due: [RunLoopTimer] = []
+        var slots: [Int32] = []
+        popDue(by: now, scheduledUpTo: .max, limit: 1, into: &due, slots: &slots)
+        return due.first
+    }
+}

@@ -140,6 +140,18 @@ struct TimerRun {
     var setUpNanoseconds: Int64
     /// How far past the window's start the adds finished (0 if in time).
     var addsOverranNanoseconds: Int64
+
+    /// What a run measured, from its clock readings: creation from `createStart` to `addStart` (equal where
+    /// creating and adding are one call), adds from `addStart` to `addEnd`, and the recorded lateness.
+    init(count: Int, createStart: Int64, addStart: Int64, addEnd: Int64, windowStart: Int64,
+         recorder: TimerRecorder) {
+        createMicroseconds = Double(addStart - createStart) / 1e3 / Double(count)
+        addMicroseconds = Double(addEnd - addStart) / 1e3 / Double(count)
+        lateness = LatenessSummary(lateness: UnsafeBufferPointer(recorder.lateness), windowStart: windowStart,
+                                   lastFire: recorder.lastFire)
+        setUpNanoseconds = addEnd - createStart
+        addsOverranNanoseconds = max(0, addEnd - windowStart)
+    }
 }
 
 /// Fire dates and lateness of every timer, written by the callbacks on the loop's thread.
@@ -213,13 +225,8 @@ func timerRun(count: Int, window: Int64, lead: Int64, seed: UInt64) -> TimerRun 
         loop.run() // returns `finished` when the last timer has fired and left the mode
         precondition(recorder.fired == count, "timers: \(recorder.fired) of \(count) fired")
 
-        result.value = TimerRun(
-            createMicroseconds: Double(addStart - createStart) / 1e3 / Double(count),
-            addMicroseconds: Double(addEnd - addStart) / 1e3 / Double(count),
-            lateness: LatenessSummary(lateness: UnsafeBufferPointer(recorder.lateness), windowStart: windowStart,
-                                      lastFire: recorder.lastFire),
-            setUpNanoseconds: addEnd - createStart,
-            addsOverranNanoseconds: max(0, addEnd - windowStart))
+        result.value = TimerRun(count: count, createStart: createStart, addStart: addStart, addEnd: addEnd,
+                                windowStart: windowStart, recorder: recorder)
     }
     thread.join()
     guard let run = result.value else { fatalError("timers run produced no result") }

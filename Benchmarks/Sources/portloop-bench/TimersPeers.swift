@@ -42,13 +42,8 @@ func cfTimerRun(count: Int, window: Int64, lead: Int64, seed: UInt64) -> TimerRu
             }
         }
 
-        result.value = TimerRun(
-            createMicroseconds: Double(addStart - createStart) / 1e3 / Double(count),
-            addMicroseconds: Double(addEnd - addStart) / 1e3 / Double(count),
-            lateness: LatenessSummary(lateness: UnsafeBufferPointer(recorder.lateness), windowStart: windowStart,
-                                      lastFire: recorder.lastFire),
-            setUpNanoseconds: addEnd - createStart,
-            addsOverranNanoseconds: max(0, addEnd - windowStart))
+        result.value = TimerRun(count: count, createStart: createStart, addStart: addStart, addEnd: addEnd,
+                                windowStart: windowStart, recorder: recorder)
     }
     thread.join()
     guard let run = result.value else { fatalError("CF timers run produced no result") }
@@ -81,11 +76,6 @@ func nioTimerRun(count: Int, window: Int64, lead: Int64, seed: UInt64) -> TimerR
     }
     _ = done.wait()
     nio.shutDown()
-    return TimerRun(
-        createMicroseconds: 0,
-        addMicroseconds: Double(setUp.end - setUp.add) / 1e3 / Double(count),
-        lateness: LatenessSummary(lateness: UnsafeBufferPointer(recorder.lateness), windowStart: windowStart,
-                                  lastFire: recorder.lastFire),
-        setUpNanoseconds: setUp.end - setUp.add,
-        addsOverranNanoseconds: max(0, setUp.end - windowStart))
+    return TimerRun(count: count, createStart: setUp.add, addStart: setUp.add, addEnd: setUp.end,
+                    windowStart: windowStart, recorder: recorder)
 }

@@ -333,9 +333,10 @@ extension PortRunLoop {
             timer.isFiring = true
             return .claimed(scheduled: timer.fireDate)
         }
-        guard case let .claimed(scheduled) = claim else {
-            if case let .skipped(outcome) = claim { return outcome }
-            return .none
+        let scheduled: Int64
+        switch claim {
+        case let .claimed(date): scheduled = date
+        case let .skipped(outcome): return outcome
         }
 
         __PORTLOOP_IS_CALLING_OUT_TO_A_TIMER_CALLBACK_FUNCTION__(timer)

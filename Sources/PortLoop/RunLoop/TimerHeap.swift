@@ -116,13 +116,6 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
         }
     }
 
-    /// Pops the earliest timer if it is due by `now`; its slot stays its own until ``remove(slot:)``.
-    mutating func popFirst(dueBy now: Int64) -> RunLoopTimer? {
-        guard let first = nodes.first, first.fireDate <= now else { return nil }
-        removeNode(at: 0)
-        return slotTimers[Int(first.slot)]
-    }
-
     /// When the loop must wake so that every timer fires within its tolerance, batching the others: the
     /// smallest `latest` among the timers whose fire date is not after that very moment (CF's
     /// `__CFArmNextTimerInMode`). Subtrees whose root fires later than the answer so far are skipped.
