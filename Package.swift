@@ -35,6 +35,7 @@ let package = Package(
             dependencies: [
                 "CPortLoop",
                 .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "HeapModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -4,17 +4,22 @@ import Testing
 /// The run loop's timer heap: random inserts, removals and moves keep it in fire-date order.
 @Suite("Timer heap")
 struct TimerHeapTests {
-    @Test("random inserts, removals and reschedules pop in (fire date, scheduling) order")
-    func randomOperations() {
+    /// Fire-date spreads: within one bucket of the near heap, and over about 130 buckets.
+    static let dateScales: [Int64] = [1, 1 << (TimerBuckets.shift - 3)]
+
+    @Test("random inserts, removals, reschedules and pops keep (fire date, scheduling) order",
+          arguments: dateScales)
+    func randomOperations(scale: Int64) {
         var generator = SystemRandomNumberGenerator()
         var model = HeapModel()
         for _ in 0..<5_000 {
-            let date = Int64.random(in: 0..<1_000, using: &generator)
-            switch Int.random(in: 0..<10, using: &generator) {
+            let date = Int64.random(in: 0..<1_000, using: &generator) * scale
+            switch Int.random(in: 0..<12, using: &generator) {
             case 0..<6: model.insert(date)
             case 6..<8 where !model.live.isEmpty: model.remove(Int.random(in: 0..<model.live.count, using: &generator))
             case 8..<10 where !model.live.isEmpty:
                 model.reschedule(Int.random(in: 0..<model.live.count, using: &generator), to: date)
+            case 10..<12: model.popAndReplace(dueBy: date, reschedule: Bool.random(using: &generator))
             default: break
             }
             #expect(Set(model.live.map(\.slot)).count == model.live.count, "a slot was handed out twice")
@@ -25,6 +30,30 @@ struct TimerHeapTests {
         model.expectPopsInOrder()
     }
 
+    @Test("timers of later milliseconds wait in buckets; one far-off timer does not pull the rest into the heap")
+    func bucketsKeepTheHeapSmall() {
+        var model = HeapModel()
+        model.insert(3_600_000_000_000) // an hour away, alone in the near heap at first
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<20_000 { model.insert(Int64.random(in: 0..<50_000_000, using: &generator)) }
+        // About one bucket's share of the 50 ms (20,000 / 48), not all of them.
+        #expect(model.heap.nearHeapCount < 2_000)
+        #expect(model.heap.count == 20_001)
+        model.expectPopsInOrder()
+    }
+
+    @Test("a timer scheduled earlier than the near heap's last bucket goes into the heap, in order")
+    func earlierTimerAfterBucketsMovedIn() {
+        var model = HeapModel()
+        let bucket = Int64(1) << TimerBuckets.shift
+        for index in 0..<100 { model.insert(Int64(index) * bucket / 10 + 5 * bucket) }
+        // Pop the first bucket's timers: the heap moves on to the next bucket when it empties.
+        for _ in 0..<15 { model.popAndReplace(dueBy: 6 * bucket + bucket / 2, reschedule: false) }
+        model.insert(5 * bucket + 1) // earlier than everything left
+        model.insert(6 * bucket + 2)
+        model.insert(60 * bucket)
+        model.expectPopsInOrder()
+    }
     @Test("pops come in fire-date order, ties in scheduling order, and stop at the due date")
     func popOrder() {
         var heap = TimerHeap()
@@ -67,13 +96,13 @@ struct TimerHeapTests {
         #expect(heap.firstFireDate == 5)
     }
 
-    @Test("when the 32-bit sequences run out the heap renumbers them and keeps its order")
-    func sequenceRenumbering() {
+    @Test("when the 32-bit sequences run out the heap renumbers them and keeps its order", arguments: dateScales)
+    func sequenceRenumbering(scale: Int64) {
         var model = HeapModel()
         model.heap.sequenceLimit = 40 // renumber every few dozen schedulings
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<2_000 {
-            let date = Int64.random(in: 0..<50, using: &generator) // many ties
+            let date = Int64.random(in: 0..<50, using: &generator) * scale // many ties
             if model.live.count < 30 || Bool.random(using: &generator) {
                 model.insert(date)
             } else {
@@ -96,6 +125,22 @@ struct TimerHeapTests {
         #expect(empty.wakeDeadline() == nil)
         _ = empty.insert(timer, fireDate: 5, latest: 9)
         #expect(empty.wakeDeadline() == 9)
+    }
+
+    @Test("the wake deadline counts timers still in later buckets when a tolerance reaches them")
+    func wakeDeadlineAcrossBuckets() {
+        let millisecond: Int64 = 1 << TimerBuckets.shift
+        var heap = TimerHeap()
+        let timer = RunLoopTimer(after: .seconds(1)) { _ in }
+        _ = heap.insert(timer, fireDate: 0, latest: 10 * millisecond) // may wait ten buckets
+        _ = heap.insert(timer, fireDate: 5 * millisecond, latest: 5 * millisecond + 7) // must not
+        _ = heap.insert(timer, fireDate: 20 * millisecond, latest: 20 * millisecond)
+        #expect(heap.wakeDeadline() == 5 * millisecond + 7)
+        #expect(heap.count == 3)
+        var later = TimerHeap()
+        _ = later.insert(timer, fireDate: 0, latest: 10 * millisecond)
+        _ = later.insert(timer, fireDate: 11 * millisecond, latest: 11 * millisecond)
+        #expect(later.wakeDeadline() == 10 * millisecond)
     }
 }
 
@@ -125,6 +170,22 @@ private struct HeapModel: ~Copyable {
 
     var expectedOrder: [(timer: RunLoopTimer, slot: Int32, fireDate: Int64, scheduled: Int)] {
         live.sorted { $0.fireDate != $1.fireDate ? $0.fireDate < $1.fireDate : $0.scheduled < $1.scheduled }
+    }
+
+    /// Pops the earliest timer if due by `date` (expecting the model's earliest), then schedules it again at
+    /// `date` or frees its slot.
+    mutating func popAndReplace(dueBy date: Int64, reschedule: Bool) {
+        let first = expectedOrder.first
+        guard let timer = heap.popFirst(dueBy: date) else {
+            #expect(first.map { $0.fireDate > date } ?? true, "a due timer was not popped")
+            return
+        }
+        guard let index = live.firstIndex(where: { $0.timer === timer }) else {
+            Issue.record("popped a timer the heap should not hold")
+            return
+        }
+        #expect(timer === first?.timer)
+        if reschedule { self.reschedule(index, to: date) } else { remove(index) }
     }
 
     /// Pops everything and expects the model's order.

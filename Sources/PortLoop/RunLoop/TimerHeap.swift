@@ -1,21 +1,23 @@
 import CPortLoop
 
-/// The timers of one mode, ordered by fire date: an 8-ary min-heap over a slot table.
+/// The timers of one mode, ordered by fire date: a small 8-ary min-heap of the earliest ones over
+/// ``TimerBuckets`` of the later ones, and a slot table.
 ///
-/// Every timer in the mode owns a *slot* (its handle here, kept by the timer as a ``TimerPlacement``); the
-/// heap holds the slots of the timers waiting to fire, a timer being fired has a slot but no heap node.
+/// Every timer in the mode owns a *slot* (its handle here, kept by the timer as a ``TimerPlacement``). A
+/// timer waiting to fire has a node, either in the *near heap* or in a bucket; a timer being fired has a slot
+/// but no node. Every node in the near heap fires before every node in the buckets: the heap holds the bucket
+/// keys up to `nearKey`, the buckets the later ones. When the heap empties, the earliest bucket moves in whole.
 ///
 /// Why not swift-collections' `Heap`: a timer that is invalidated or given a new fire date must leave or
 /// move inside the heap in O(log n), and the loop's sleep computation walks the timers due before a
 /// deadline (tolerance batching); both need the positions, which `Heap` keeps private.
 ///
-/// Why this layout: at 100,000 timers, sifting is the hot path and every cache line it touches is a miss.
-/// The nodes are 16 bytes with their ordering keys inline and no references (moving them retains nothing),
-/// the node positions live in a dense array of 32-bit integers, and eight children per node make the heap a
-/// third as deep as a binary one. The node buffer is aligned so that the eight children of a node fill one
-/// aligned 128-byte pair of cache lines (fetched together by the adjacent-line prefetcher): a pop touches
-/// about one such pair per level, never a timer object. (Measured with the `timers` benchmark at 100,000
-/// timers, three runs each: p99 lateness 2.2–3.8 ms with eight children, 3.2–11.5 ms with four.)
+/// Why this layout: at 100,000 timers every cache line a pop touches in a heap of them all is a miss; the near
+/// heap holds about a millisecond of timers, and a bucket's timers move in with one pass over its array. The
+/// nodes are 16 bytes with their ordering keys inline and no references (moving them retains nothing), the
+/// slots' locations live in a dense array, and eight children per node make the heap a third as deep as a
+/// binary one. The node buffer is aligned so that the eight children of a node fill one aligned 128-byte
+/// pair of cache lines (fetched together by the adjacent-line prefetcher).
 struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would share it
     /// A heap node: the ordering keys and the slot they belong to.
     struct Node {
@@ -27,63 +29,83 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
         var slot: Int32
     }
 
+    /// Where a slot's node is: `container` is ``nearHeap`` (`index` in the near heap), a bucket id (`index`
+    /// in that bucket), or ``outside`` (being fired; or the slot is free, and `index` is the next free slot).
+    struct Location {
+        var container: Int32
+        var index: Int32
+
+        static let nearHeap: Int32 = -1
+        static let outside: Int32 = -2
+        static let notScheduled = Location(container: outside, index: -1)
+    }
+
     private var nodes = TimerNodeBuffer()
+    private var buckets = TimerBuckets()
+    /// The latest bucket key the near heap takes; later keys go to the buckets.
+    private var nearKey = Int64.min
+    /// A bucket's nodes on their way into the near heap (kept for its storage).
+    private var arriving: [Node] = []
     /// Per slot: the timer (nil when the slot is free), its latest acceptable fire date (fire date plus
-    /// tolerance) and its node's index in `nodes` (-1 when it is not in the heap).
+    /// tolerance) and where its node is.
     private var slotTimers: [RunLoopTimer?] = []
     private var slotLatest: [Int64] = []
-    private var positions: [Int32] = []
-    /// The first free slot, or -1; a free slot's `positions` entry holds the next one (no node refers to a free
-    /// slot). The list lives in the slot table itself so that freeing a slot allocates nothing (a growing
-    /// array's reallocation makes glibc consolidate its free lists, which showed up as a tenth of the firing
-    /// time at 100,000 timers), and in `positions` because popping the timer touched that entry just before.
+    private var locations: [Location] = []
+    /// The first free slot, or -1; a free slot's location holds the next one (no node refers to a free slot).
+    /// The list lives in the slot table itself so that freeing a slot allocates nothing (a growing array's
+    /// reallocation makes glibc consolidate its free lists, which showed up as a tenth of the firing time at
+    /// 100,000 timers), and in `locations` because popping the timer touched that entry just before.
     private var firstFreeSlot: Int32 = -1
     private var nextSequence: UInt32 = 0
     /// The last sequence handed out before the nodes are renumbered; lowered by tests.
     var sequenceLimit = UInt32.max
+    /// A near heap this small gives back its later nodes when an earlier timer is scheduled (so that one
+    /// far-off timer, alone in the heap, does not make the heap take every timer before it).
+    static let evictionLimit = 16
 
-    /// How many timers wait in the heap (not counting one being fired).
-    var count: Int { nodes.count }
-    var isEmpty: Bool { nodes.isEmpty }
-    /// The earliest fire date in the heap.
+    /// How many timers wait to fire (not counting one being fired).
+    var count: Int { nodes.count + buckets.count }
+    var isEmpty: Bool { nodes.isEmpty } // the near heap is refilled whenever it empties
+    /// How many nodes the near heap holds (the rest wait in buckets).
+    var nearHeapCount: Int { nodes.count }
+    /// The earliest fire date.
     var firstFireDate: Int64? { nodes.isEmpty ? nil : nodes[0].fireDate }
     /// Every timer holding a slot, in no particular order.
     var timers: [RunLoopTimer] { slotTimers.compactMap { $0 } }
 
-    /// Gives the timer a slot and puts it in the heap; returns the slot.
+    /// Gives the timer a slot and schedules it; returns the slot.
     mutating func insert(_ timer: RunLoopTimer, fireDate: Int64, latest: Int64) -> Int32 {
         let slot: Int32
         if firstFreeSlot >= 0 {
             slot = firstFreeSlot
-            firstFreeSlot = positions[Int(slot)]
+            firstFreeSlot = locations[Int(slot)].index
             slotTimers[Int(slot)] = timer
             slotLatest[Int(slot)] = latest
+            locations[Int(slot)] = .notScheduled
         } else {
             slot = Int32(slotTimers.count)
             slotTimers.append(timer)
             slotLatest.append(latest)
-            positions.append(-1)
+            locations.append(.notScheduled)
         }
-        push(slot: slot, fireDate: fireDate)
+        schedule(slot: slot, fireDate: fireDate)
         return slot
     }
 
-    /// Takes the slot's timer out of the heap (if there) and frees the slot.
+    /// Unschedules the slot's timer (if scheduled) and frees the slot.
     mutating func remove(slot: Int32) {
-        let position = Int(positions[Int(slot)])
-        if position >= 0 { removeNode(at: position) }
+        unschedule(slot: slot)
         slotTimers[Int(slot)] = nil
-        positions[Int(slot)] = firstFreeSlot
+        locations[Int(slot)] = Location(container: Location.outside, index: firstFreeSlot)
         firstFreeSlot = slot
     }
 
-    /// Gives the slot's timer a new fire date and latest date: moves it in the heap, or puts it back in after
-    /// it was popped.
+    /// Gives the slot's timer a new fire date and latest date: moves it, or schedules it again after it was
+    /// popped.
     mutating func reschedule(slot: Int32, fireDate: Int64, latest: Int64) {
         slotLatest[Int(slot)] = latest
-        let position = Int(positions[Int(slot)])
-        if position >= 0 { removeNode(at: position) }
-        push(slot: slot, fireDate: fireDate)
+        unschedule(slot: slot)
+        schedule(slot: slot, fireDate: fireDate)
     }
 
     /// A mark of the scheduling order so far: the timers (re)scheduled after it carry later sequences.
@@ -118,10 +140,16 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
 
     /// When the loop must wake so that every timer fires within its tolerance, batching the others: the
     /// smallest `latest` among the timers whose fire date is not after that very moment (CF's
-    /// `__CFArmNextTimerInMode`). Subtrees whose root fires later than the answer so far are skipped.
-    func wakeDeadline() -> Int64? {
+    /// `__CFArmNextTimerInMode`). The buckets that start before the first timer's latest date move into the
+    /// near heap first (none, when that timer has no tolerance); subtrees whose root fires later than the
+    /// answer so far are skipped.
+    mutating func wakeDeadline() -> Int64? {
         guard let first = nodes.first else { return nil }
         var deadline = slotLatest[Int(first.slot)]
+        while let key = buckets.takeFirst(upTo: TimerBuckets.key(of: deadline), into: &arriving) {
+            nearKey = key
+            takeArriving()
+        }
         narrow(&deadline, from: 0)
         return deadline
     }
@@ -135,6 +163,82 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
         for child in firstChild..<min(firstChild + Self.arity, nodes.count) { narrow(&deadline, from: child) }
     }
 
+    // MARK: - Near heap and buckets
+
+    /// Gives the slot a new sequence and a node in the near heap or a bucket.
+    private mutating func schedule(slot: Int32, fireDate: Int64) {
+        if nextSequence >= sequenceLimit { renumber() }
+        nextSequence += 1
+        let node = Node(fireDate: fireDate, sequence: nextSequence, slot: slot)
+        let key = TimerBuckets.key(of: fireDate)
+        if nodes.isEmpty {
+            nearKey = key // the buckets are empty too
+        } else if key > nearKey {
+            let (bucket, index) = buckets.append(node, key: key)
+            locations[Int(slot)] = Location(container: bucket, index: index)
+            return
+        } else if key < nearKey && nodes.count <= Self.evictionLimit {
+            evict(after: key)
+        }
+        nodes.append(node)
+        siftUp(node, from: nodes.count - 1)
+    }
+
+    /// Takes the slot's node out of the near heap or its bucket, if it has one.
+    private mutating func unschedule(slot: Int32) {
+        let location = locations[Int(slot)]
+        switch location.container {
+        case Location.outside:
+            return
+        case Location.nearHeap:
+            removeNode(at: Int(location.index))
+        default:
+            if let moved = buckets.remove(bucket: location.container, index: location.index) {
+                locations[Int(moved.slot)] = location
+            }
+            locations[Int(slot)] = .notScheduled
+        }
+    }
+
+    /// Moves the near heap's nodes with keys after `key` to the buckets and makes `key` the near heap's last.
+    private mutating func evict(after key: Int64) {
+        var kept = 0
+        for index in 0..<nodes.count {
+            let node = nodes[index]
+            let nodeKey = TimerBuckets.key(of: node.fireDate)
+            if nodeKey > key {
+                let (bucket, bucketIndex) = buckets.append(node, key: nodeKey)
+                locations[Int(node.slot)] = Location(container: bucket, index: bucketIndex)
+            } else {
+                nodes[kept] = node
+                kept += 1
+            }
+        }
+        nodes.truncate(to: kept)
+        nearKey = key
+        heapify()
+    }
+
+    /// Moves the earliest bucket in when the near heap is empty.
+    private mutating func refill() {
+        guard let key = buckets.takeFirst(into: &arriving) else { return }
+        nearKey = key
+        takeArriving()
+    }
+
+    /// Adds a bucket's nodes, all later than the near heap's, to the heap.
+    private mutating func takeArriving() {
+        if nodes.isEmpty {
+            for node in arriving { nodes.append(node) }
+            heapify()
+        } else {
+            for node in arriving {
+                nodes.append(node)
+                siftUp(node, from: nodes.count - 1)
+            }
+        }
+    }
+
     // MARK: - Heap mechanics
 
     /// Children per node.
@@ -145,17 +249,25 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
         a.fireDate != b.fireDate ? a.fireDate < b.fireDate : a.sequence < b.sequence
     }
 
-    private mutating func push(slot: Int32, fireDate: Int64) {
-        if nextSequence >= sequenceLimit { renumber() }
-        nextSequence += 1
-        nodes.append(Node(fireDate: fireDate, sequence: nextSequence, slot: slot))
-        siftUp(nodes[nodes.count - 1], from: nodes.count - 1)
+    /// Orders the near heap's nodes as a heap, wherever they are (Floyd's bottom-up construction).
+    private mutating func heapify() {
+        for index in 0..<nodes.count { locations[Int(nodes[index].slot)] = Location(container: Location.nearHeap,
+                                                                                   index: Int32(index)) }
+        guard nodes.count > 1 else { return }
+        for index in stride(from: (nodes.count - 2) / Self.arity, through: 0, by: -1) {
+            siftDown(nodes[index], from: index)
+        }
     }
 
     /// Gives the nodes the sequences 1...count in their pop order. Sorted, they form a valid heap as they are.
     /// (A scheduling mark taken before counts every node as scheduled before it: at worst a timer scheduled
-    /// during that pass fires in it rather than in the next one.)
+    /// during that pass fires in it rather than in the next one.) Every bucket moves into the near heap first:
+    /// sequences are compared across all of them; the buckets fill again as timers are scheduled.
     private mutating func renumber() {
+        while let key = buckets.takeFirst(into: &arriving) {
+            nearKey = key
+            takeArriving()
+        }
         var sorted = (0..<nodes.count).map { nodes[$0] }
         sorted.sort(by: Self.precedes)
         for (index, node) in sorted.enumerated() {
@@ -164,10 +276,14 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
         nextSequence = UInt32(sorted.count)
     }
 
+    /// Removes the node at `index` of the near heap, refilling the heap from the buckets if it empties.
     private mutating func removeNode(at index: Int) {
-        positions[Int(nodes[index].slot)] = -1
+        locations[Int(nodes[index].slot)] = .notScheduled
         let last = nodes.removeLast()
-        guard index < nodes.count else { return }
+        guard index < nodes.count else {
+            if nodes.isEmpty { refill() }
+            return
+        }
         // Put the last node in the hole, then move it whichever way restores the order.
         if index > 0, Self.precedes(last, nodes[(index - 1) / Self.arity]) {
             siftUp(last, from: index)
@@ -209,7 +325,7 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
     @inline(__always)
     private mutating func place(_ node: Node, at index: Int) {
         nodes[index] = node
-        positions[Int(node.slot)] = Int32(index)
+        locations[Int(node.slot)] = Location(container: Location.nearHeap, index: Int32(index))
     }
 }
 
@@ -273,6 +389,12 @@ final class TimerNodeBuffer {
     func removeLast() -> TimerHeap.Node {
         count -= 1
         return base[count + Self.padding]
+    }
+
+    /// Drops the nodes from `newCount` on.
+    func truncate(to newCount: Int) {
+        precondition(newCount >= 0 && newCount <= count)
+        count = newCount
     }
 }
 
