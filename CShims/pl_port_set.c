@@ -29,12 +29,12 @@ static int pl_libevent_threads_ok = 0;
 /* libevent must be told to use pthreads before the first event_base exists (SPEC §8). */
 static void pl_libevent_init(void) { pl_libevent_threads_ok = evthread_use_pthreads() == 0; }
 
+/* The wake-up eventfd is edge-triggered (EV_ET) and never read: each write is an edge of its own, so the
+ * counter needs no draining and a wake-up costs the receiver no read(2). (It would take 2^64 - 2 writes for
+ * the counter to fill up and a write to fail: centuries at millions of wake-ups per second.) */
 static void pl_on_wake(evutil_socket_t fd, short what, void *arg) {
-    (void)what;
+    (void)fd; (void)what;
     pl_port_set_t *set = arg;
-    uint64_t value;
-    ssize_t n;
-    do { n = read(fd, &value, sizeof value); } while (n < 0 && errno == EINTR);
     pthread_mutex_lock(&set->lock);
     set->wake_pending = false;
     pthread_mutex_unlock(&set->lock);
@@ -100,7 +100,7 @@ pl_status_t pl_port_set_create(pl_port_set_t **out_set) {
     set->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     set->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (set->base == NULL || set->wake_fd < 0 || set->timer_fd < 0) { pl_port_set_free(set); return PL_ERR_SYSTEM; }
-    set->wake_event = event_new(set->base, set->wake_fd, EV_READ | EV_PERSIST, pl_on_wake, set);
+    set->wake_event = event_new(set->base, set->wake_fd, EV_READ | EV_PERSIST | EV_ET, pl_on_wake, set);
     set->timer_event = event_new(set->base, set->timer_fd, EV_READ | EV_PERSIST, pl_on_timer, set);
     if (set->wake_event == NULL || set->timer_event == NULL || event_add(set->wake_event, NULL) != 0 ||
         event_add(set->timer_event, NULL) != 0) {
