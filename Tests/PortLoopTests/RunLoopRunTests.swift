@@ -1,5 +1,10 @@
 @testable import PortLoop
 import Testing
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// One run: results, the observer sequence, stop, nested runs.
 @Suite("Run loop runs")
@@ -132,6 +137,31 @@ struct RunLoopRunTests {
         #expect(passes.current <= 1)
     }
 
+    @Test("a loop woken from its sleep sleeps again: three wake-ups, a handful of passes and little CPU in 300 ms")
+    func wokenLoopSleepsAgain() throws {
+        let passes = Locked(0)
+        let cpuNanoseconds = Locked<Int64>(0)
+        let worker = TestLoopThread(setUp: { loop in
+            try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: .default)
+            try loop.add(RunLoopObserver(activities: .afterWaiting) { _, _ in passes.withLock { $0 += 1 } }, mode: .default)
+        }, body: { loop in
+            let before = threadCPUNanoseconds()
+            let result = loop.run(mode: .default, timeout: .milliseconds(300))
+            cpuNanoseconds.withLock { $0 = threadCPUNanoseconds() - before }
+            return [result]
+        })
+        for _ in 0..<3 {
+            sleepMilliseconds(40)
+            worker.loop.wakeUp()
+        }
+        #expect(worker.join() == [.timedOut])
+        // Each wake-up ends one sleep (two may fold into one). A wake-up signal left pending would end every
+        // sleep after it at once: thousands of passes, or a receive spinning inside the port set, busy for the
+        // rest of the 300 ms.
+        #expect(passes.current >= 1 && passes.current <= 5)
+        #expect(cpuNanoseconds.current < 100_000_000, "the loop thread was busy while it should have slept")
+    }
+
     @Test("run() on a thread that does not own the loop returns finished and logs")
     func runFromAnotherThread() throws {
         let worker = TestLoopThread(setUp: { loop in
@@ -162,4 +192,11 @@ struct RunLoopRunTests {
             #expect(text.contains(needle), "missing \(needle) in\n\(text)")
         }
     }
+}
+
+/// CPU time the calling thread has used.
+private func threadCPUNanoseconds() -> Int64 {
+    var now = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now)
+    return Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
 }
