@@ -172,7 +172,8 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
         let node = Node(fireDate: fireDate, sequence: nextSequence, slot: slot)
         let key = TimerBuckets.key(of: fireDate)
         if nodes.isEmpty {
-            nearKey = key // the buckets are empty too
+            assert(buckets.isEmpty, "the near heap is refilled whenever it empties")
+            nearKey = key
         } else if key > nearKey {
             let (bucket, index) = buckets.append(node, key: key)
             locations[Int(slot)] = Location(container: bucket, index: index)
