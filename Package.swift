@@ -42,13 +42,17 @@ let package = Package(
         // portloop-demo (`make demo`); Tests/PortLoopTests/DemoTests.swift runs it as a child process.
         .executableTarget(
             name: "PortLoopDemo",
-            dependencies: ["PortLoop"]
+            dependencies: ["PortLoop", "PortLoopToolSupport"]
         ),
         // The example daemon (issue 5): a dispatcher loop, worker loop threads, signals as a descriptor source.
         // It imports CPortLoop only for the signalfd helpers.
         .executableTarget(
             name: "PortLoopEchoDaemon",
-            dependencies: ["PortLoop", "CPortLoop"]
+            dependencies: ["PortLoop", "CPortLoop", "PortLoopToolSupport"]
+        ),
+        // The command-line walk the two executables above share (not a product).
+        .target(
+            name: "PortLoopToolSupport"
         ),
         // A child process for the main-queue tests: a synchronous main that runs the main loop.
         .executableTarget(

@@ -1,5 +1,7 @@
 // The command line of portloop-demo.
 
+import PortLoopToolSupport
+
 /// What the demo was asked to do.
 struct Options: Equatable, Sendable {
     /// Seconds of run-loop activity (the three mode phases together); the process ends shortly after.
@@ -29,24 +31,14 @@ struct Options: Equatable, Sendable {
     /// Parses the arguments after the program name. Values go as `--flag value` or `--flag=value`.
     static func parse(_ arguments: [String]) throws(UsageError) -> Parsed {
         var options = Options()
-        var rest = arguments[...]
-        while let argument = rest.popFirst() {
-            // Split "--flag=value"; a flag given without "=" takes the next argument as its value.
-            let flag: String
-            var inlineValue: String?
-            if argument.hasPrefix("--"), let equals = argument.firstIndex(of: "=") {
-                flag = String(argument[..<equals])
-                inlineValue = String(argument[argument.index(after: equals)...])
-            } else {
-                flag = argument
-            }
+        var flags = CommandLineFlags(arguments)
+        while flags.next() {
+            let flag = flags.flag
             func value() throws(UsageError) -> String {
-                if let inlineValue { return inlineValue }
-                guard let next = rest.popFirst() else { throw UsageError(message: "\(flag) needs a value") }
-                return next
+                do { return try flags.value() } catch { throw UsageError(message: error.description) }
             }
             func noValue() throws(UsageError) {
-                if inlineValue != nil { throw UsageError(message: "\(flag) takes no value") }
+                do { try flags.expectNoValue() } catch { throw UsageError(message: error.description) }
             }
 
             switch flag {
@@ -68,7 +60,7 @@ struct Options: Equatable, Sendable {
             case "--burst":
                 options.burst = try integer(flag, try value(), in: burstRange)
             default:
-                throw UsageError(message: "unknown argument '\(argument)'")
+                throw UsageError(message: "unknown argument '\(flags.argument)'")
             }
         }
         return .run(options)

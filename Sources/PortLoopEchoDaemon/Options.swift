@@ -1,3 +1,5 @@
+import PortLoopToolSupport
+
 /// The daemon's command line.
 ///
 /// Flags take their value as the next argument or after `=` (`--workers 4`, `--workers=4`). Limits keep the
@@ -55,25 +57,15 @@ struct Options: Sendable, Equatable {
     /// Parses the arguments after the program name.
     static func parse(_ arguments: [String]) throws(OptionsError) -> Options {
         var options = Options()
-        var rest = arguments[...]
-        while let argument = rest.popFirst() {
-            // `--flag=value` and `--flag value` are the same.
-            let flag: String
-            var inlineValue: String?
-            if argument.hasPrefix("--"), let equals = argument.firstIndex(of: "=") {
-                flag = String(argument[..<equals])
-                inlineValue = String(argument[argument.index(after: equals)...])
-            } else {
-                flag = argument
-            }
+        var flags = CommandLineFlags(arguments)
+        while flags.next() {
+            let flag = flags.flag
             func value() throws(OptionsError) -> String {
-                if let inlineValue { return inlineValue }
-                guard let next = rest.popFirst() else { throw .missingValue(flag: flag) }
-                return next
+                do { return try flags.value() } catch { throw OptionsError(error) }
             }
             switch flag {
             case "--help", "-h":
-                guard inlineValue == nil else { throw .unexpectedValue(flag: flag) }
+                do { try flags.expectNoValue() } catch { throw OptionsError(error) }
                 options.help = true
             case "--workers":
                 options.workers = try integer(try value(), flag: flag, in: workerRange)
@@ -86,7 +78,7 @@ struct Options: Sendable, Equatable {
             case "--duration":
                 options.duration = try seconds(try value(), flag: flag, in: durationRange)
             default:
-                throw argument.hasPrefix("-") ? .unknownFlag(argument) : .unexpectedArgument(argument)
+                throw flags.argument.hasPrefix("-") ? .unknownFlag(flags.argument) : .unexpectedArgument(flags.argument)
             }
         }
         if options.selfTestRequests != nil && options.clients == 0 {
@@ -118,6 +110,13 @@ enum OptionsError: Error, Equatable, CustomStringConvertible {
     case missingValue(flag: String)
     case unexpectedValue(flag: String)
     case invalidValue(flag: String, value: String, expected: String)
+
+    init(_ problem: CommandLineFlags.Problem) {
+        switch problem {
+        case let .missingValue(flag): self = .missingValue(flag: flag)
+        case let .unexpectedValue(flag): self = .unexpectedValue(flag: flag)
+        }
+    }
 
     var description: String {
         switch self {
