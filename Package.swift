@@ -61,7 +61,8 @@ let package = Package(
         ),
         .testTarget(
             name: "PortLoopTests",
-            dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopEchoDaemon", "PortLoopDemo"]
+            dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopEchoDaemon", "PortLoopDemo",
+                           "PortLoopToolSupport"]
         ),
     ],
     swiftLanguageModes: [.v6]
