@@ -235,6 +235,7 @@ static void pl_wake_list_add(pl_wake_list_t *wakes, pl_port_set_t *set, uint8_t 
 /* With the set lock held and work left in the set: make sure somebody asleep on it will look. */
 static void pl_wake_one_locked(pl_port_set_t *set, pl_wake_list_t *wakes) {
     if (set->sleeping_followers > 0) {
+        set->wakes++;
         pl_wake_list_add(wakes, set, PL_WAKE_FOLLOWER);
     } else if (set->polling && !set->wake_pending) {
         set->wake_pending = true;
@@ -254,6 +255,7 @@ void pl_port_set_mark_ready_locked(pl_membership_t *m, bool at_head, pl_wake_lis
             set->wakes++;
             pl_wake_list_add(wakes, set, PL_WAKE_EVENTFD);
         } else if (set->sleeping_followers > 0) {
+            set->wakes++;
             pl_wake_list_add(wakes, set, PL_WAKE_FOLLOWER);
         }
     }
@@ -387,7 +389,10 @@ pl_status_t pl_port_set_insert_fd(pl_port_set_t *set, int fd) {
             set->fd_count++;
         }
     }
+    /* A receiver waiting without the base (no descriptors until now) must come and watch this one. */
+    bool wake_waiter = status == PL_OK && !set->polling && set->sleeping_followers > 0;
     pthread_mutex_unlock(&set->lock);
+    if (wake_waiter) pthread_cond_signal(&set->followers);
     if (status != PL_OK) {
         if (member->event) event_free(member->event);
         free(member);
@@ -623,7 +628,7 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
             break;
         }
 
-        if (!set->polling) {
+        if (!set->polling && (set->fd_count > 0 || deadline != INT64_MAX)) {
             /* Become the leader: sleep in the base until a wake-up, a descriptor or the deadline. */
             set->polling = true;
             was_leader = true;
@@ -633,6 +638,12 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
             pthread_mutex_lock(&set->lock);
             set->polling = false;
         } else {
+            /* A follower while another receiver leads. Or, with no descriptor to watch and no deadline, there
+             * is nothing for the base to do: wait on the condition variable, which a sender wakes with one
+             * futex call where the base costs an eventfd write and an epoll wake-up (a timed wait stays in the
+             * base, whose timerfd is exact where a futex timeout gets the thread's timer slack). A descriptor
+             * inserted meanwhile wakes this waiter to become the leader. */
+            if (!set->polling) set->sleeps++;
             set->sleeping_followers++;
             pl_cond_wait_until(&set->followers, &set->lock, deadline);
             set->sleeping_followers--;

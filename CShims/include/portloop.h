@@ -272,8 +272,9 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
 pl_status_t pl_port_set_receive_batch(pl_port_set_t *set, pl_received_t *outs, uint32_t max, void *buffer,
                                       size_t capacity, uint32_t *count);
 
-/** How many times receivers on this set have gone to sleep and how many eventfd wake-ups senders have
- *  written, since creation. For tests and benchmarks of wake-up coalescing. */
+/** How many times receivers on this set have gone to sleep and how many wake-ups senders have made (eventfd
+ *  writes to a receiver in the base, signals to one waiting on the set's condition variable), since creation.
+ *  For tests and benchmarks of wake-up coalescing. */
 void pl_port_set_wake_stats(pl_port_set_t *set, uint64_t *out_sleeps, uint64_t *out_wakes);
 
 /* ------------------------------------------------------------------------------------------------ */

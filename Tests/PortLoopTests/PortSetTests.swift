@@ -96,6 +96,40 @@ struct PortSetTests {
         #expect(set.memberCount == 0)
     }
 
+    @Test("a receiver asleep with no descriptor to watch is woken by a message, and by a descriptor inserted meanwhile")
+    func untimedWaitWithoutDescriptors() throws {
+        let set = try PortSet()
+        let port = try PortReceiveRight()
+        try set.insert(port)
+        let right = port.makeSendRight()
+        // Asleep forever on a set of ports only (the set waits on its condition variable, not in its base).
+        let sender = TestThread { sleepMilliseconds(30); try! right.send(id: 7) }
+        #expect(try message(set.receive(timeout: .forever)).id == 7)
+        sender.join()
+        #expect(set.wakeStatistics.sleeps >= 1 && set.wakeStatistics.wakeUps >= 1)
+
+        // A descriptor inserted while the receiver sleeps: the receiver must start watching it.
+        let (fd, writeEnd) = try makePipe()
+        defer { close(fd); close(writeEnd) }
+        let reported = Locked<Int32?>(nil)
+        let receiver = TestThread {
+            if case let .readable(descriptor) = try? set.receive(timeout: .forever) { reported.withLock { $0 = descriptor } }
+            else { reported.withLock { $0 = -1 } }
+        }
+        sleepMilliseconds(30)
+        try set.insert(fileDescriptor: fd)
+        var one: UInt64 = 1
+        write(writeEnd, &one, 8)
+        let deadline = ContinuousClock.now + .seconds(5)
+        while reported.current == nil && ContinuousClock.now < deadline { sleepMilliseconds(2) }
+        if reported.current == nil {
+            Issue.record("the sleeping receiver never looked at the inserted descriptor")
+            try right.send(id: 8) // let it go
+        }
+        receiver.join()
+        #expect(reported.current == fd)
+    }
+
     @Test("a flooded port does not starve a descriptor member")
     func descriptorNotStarved() throws {
         let set = try PortSet()

@@ -46,6 +46,33 @@ struct RunLoopDescriptorSourceTests {
         #expect(worker.loop.contains(source, mode: .default) == false, "the thread exited; its loop let go")
     }
 
+    @Test("a descriptor source added from another thread to a loop asleep without timers is watched at once")
+    func addedWhileAsleepWithoutTimers() throws {
+        let (readEnd, writeEnd) = try makePipe()
+        defer { close(readEnd); close(writeEnd) }
+        let keepAlive = try PortReceiveRight()
+        let portSource = RunLoopPortSource(port: keepAlive) { _ in nil }
+        // A mode with a port source only and no timeout: the loop's sleep has no deadline and, until the
+        // descriptor arrives, nothing for the port set's base to watch.
+        let worker = TestLoopThread(setUp: { loop in try loop.add(portSource, mode: .default) },
+                                    body: { loop in [loop.run(mode: .default, returnAfterSourceHandled: true)] })
+        let deadline = nowNanoseconds() + 5_000_000_000
+        while !worker.loop.isWaiting && nowNanoseconds() < deadline { sleepMilliseconds(1) }
+        let handled = Locked(false)
+        try worker.loop.add(RunLoopDescriptorSource(fileDescriptor: readEnd) { source in
+            var byte: UInt8 = 0
+            _ = read(source.fileDescriptor, &byte, 1)
+            handled.withLock { $0 = true }
+        }, mode: .default)
+        poke(writeEnd)
+        while !handled.current && nowNanoseconds() < deadline + 5_000_000_000 { sleepMilliseconds(2) }
+        if !handled.current {
+            Issue.record("the sleeping loop never looked at the added descriptor")
+            worker.loop.stop()
+        }
+        #expect(worker.join() == [handled.current ? .handledSource : .stopped])
+    }
+
     @Test("readiness is level-triggered: unread data calls the handler again, one call per handled source")
     func levelTriggered() throws {
         let (readEnd, writeEnd) = try makePipe()
