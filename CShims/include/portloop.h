@@ -19,6 +19,9 @@
  *    timer re-arms a timerfd on every dispatch, a system call on every sleep).
  *    Only one thread may loop an event_base at a time, so further receivers on the same set sleep on the
  *    set's condition variable and take over the base when the looping one leaves (leader/followers).
+ *    A receiver with no descriptor to watch and no deadline waits on that condition variable as well (a
+ *    futex wake costs a sender less than an eventfd write and the epoll wake-up); inserting a descriptor
+ *    wakes it to take the base.
  *
  *  - Wake-ups are coalesced. A send makes a syscall only when it turns an empty port into a non-empty one
  *    *and* somebody is asleep waiting for it; a set's eventfd is written at most once until the sleeper
