@@ -9,7 +9,7 @@ import PortLoop
 /// `DispatchQueue.async` on a serial queue (blocks and tasks queue without bound, so those producers never
 /// wait). PortLoop's ports without a loop: a thread receiving on the port, and on a one-port `PortSet`.
 /// Floor: one eventfd write per message. Side figures: passes that slept per message (the loops'
-/// `afterWaiting`), the set's sleeps and eventfd wake-ups per message, and each unbounded producer's own time
+/// `afterWaiting`), the set's sleeps and wake-ups per message, and each unbounded producer's own time
 /// per call.
 let throughputScenario = Scenario(
     name: "throughput",
@@ -86,7 +86,7 @@ let throughputScenario = Scenario(
             decimals: 5),
         Row(.counter, "PortSet: sleeps per message", sample: side.sample("set sleeps"), unit: "per msg",
             decimals: 5),
-        Row(.counter, "PortSet: eventfd wake-ups per message", sample: side.sample("set wake-ups"),
+        Row(.counter, "PortSet: wake-ups per message", sample: side.sample("set wake-ups"),
             unit: "per msg", decimals: 5),
         Row(.counter, "loop: producer time per performAndWakeUp", sample: side.sample("blocks producer"),
             unit: "ns/call"),
@@ -100,7 +100,8 @@ let throughputScenario = Scenario(
 }
 
 /// One throughput run through PortLoop: the time from the first send to the consumer's last receive, and
-/// (for a set) how often the consumer slept and how many eventfd wake-ups the producer wrote meanwhile.
+/// (for a set) how often the consumer slept and how many wake-ups (eventfd writes or condition-variable
+/// signals) the producer made meanwhile.
 func portThroughput(messages: Int, viaSet: Bool) -> (seconds: Double, sleeps: UInt64, wakeUps: UInt64) {
     let port = SharedReceiveRight(must("data port") { () throws(PortError) in
         try PortReceiveRight(queueLimit: PortReceiveRight.maxQueueLimit)
