@@ -83,6 +83,7 @@ struct pl_port_set {
     bool timer_armed;         /* timer_fd is set for timer_deadline and has not fired; leader only */
     int64_t timer_deadline;
     bool polling;             /* a thread is inside event_base_loop */
+    bool wake_edge_triggered; /* the base watches wake_fd edge-triggered (epoll): it is never read */
     bool wake_pending;        /* wake_fd was written and not yet consumed */
     uint32_t sleeping_followers;
     uint32_t port_count, fd_count;

@@ -29,12 +29,19 @@ static int pl_libevent_threads_ok = 0;
 /* libevent must be told to use pthreads before the first event_base exists (SPEC §8). */
 static void pl_libevent_init(void) { pl_libevent_threads_ok = evthread_use_pthreads() == 0; }
 
-/* The wake-up eventfd is edge-triggered (EV_ET) and never read: each write is an edge of its own, so the
- * counter needs no draining and a wake-up costs the receiver no read(2). (It would take 2^64 - 2 writes for
- * the counter to fill up and a write to fail: centuries at millions of wake-ups per second.) */
+/* The wake-up eventfd is edge-triggered (EV_ET) and never read when the backend can do that (epoll): each
+ * write is an edge of its own, so the counter needs no draining and a wake-up costs the receiver no read(2).
+ * (It would take 2^64 - 2 writes for the counter to fill up and a write to fail: centuries at millions of
+ * wake-ups per second.) Another backend (poll, select: libevent's EVENT_NOEPOLL) reports it level-triggered,
+ * and it must be read, or it would stay readable and every sleep would end at once. */
 static void pl_on_wake(evutil_socket_t fd, short what, void *arg) {
-    (void)fd; (void)what;
+    (void)what;
     pl_port_set_t *set = arg;
+    if (!set->wake_edge_triggered) {
+        uint64_t value;
+        ssize_t n;
+        do { n = read(fd, &value, sizeof value); } while (n < 0 && errno == EINTR);
+    }
     pthread_mutex_lock(&set->lock);
     set->wake_pending = false;
     pthread_mutex_unlock(&set->lock);
@@ -100,7 +107,9 @@ pl_status_t pl_port_set_create(pl_port_set_t **out_set) {
     set->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     set->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (set->base == NULL || set->wake_fd < 0 || set->timer_fd < 0) { pl_port_set_free(set); return PL_ERR_SYSTEM; }
-    set->wake_event = event_new(set->base, set->wake_fd, EV_READ | EV_PERSIST | EV_ET, pl_on_wake, set);
+    set->wake_edge_triggered = (event_base_get_features(set->base) & EV_FEATURE_ET) != 0;
+    set->wake_event = event_new(set->base, set->wake_fd,
+                                EV_READ | EV_PERSIST | (set->wake_edge_triggered ? EV_ET : 0), pl_on_wake, set);
     set->timer_event = event_new(set->base, set->timer_fd, EV_READ | EV_PERSIST, pl_on_timer, set);
     if (set->wake_event == NULL || set->timer_event == NULL || event_add(set->wake_event, NULL) != 0 ||
         event_add(set->timer_event, NULL) != 0) {
@@ -471,6 +480,14 @@ static void pl_loop_base_unlocked(pl_port_set_t *set, int64_t deadline, bool non
     event_base_loop(set->base, EVLOOP_ONCE);
 }
 
+/* Ends a nonblocking look at the base (set lock held). A waiter that found the base taken by it went back to
+ * waiting as a follower, and a follower waits for the leader to hand over: with descriptors to watch and
+ * nobody left in the base, one of them must look again and lead. */
+static void pl_end_nonblocking_poll_locked(pl_port_set_t *set) {
+    set->polling = false;
+    if (set->sleeping_followers > 0 && set->fd_count > 0) pthread_cond_signal(&set->followers);
+}
+
 /* Takes one message from the first ready port. Called with the set lock held and ready_head set; returns
  * with the set lock released. *handled is false when the port turned out empty (another receiver took it). */
 static pl_status_t pl_take_from_ready_port(pl_port_set_t *set, pl_received_t *out, void *buffer,
@@ -591,7 +608,7 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
             pthread_mutex_unlock(&set->lock);
             pl_loop_base_unlocked(set, 0, true);
             pthread_mutex_lock(&set->lock);
-            set->polling = false;
+            pl_end_nonblocking_poll_locked(set);
         }
 
         if (set->fd_ready_head != NULL) {
@@ -621,7 +638,7 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
                 pthread_mutex_unlock(&set->lock);
                 pl_loop_base_unlocked(set, 0, true);
                 pthread_mutex_lock(&set->lock);
-                set->polling = false;
+                pl_end_nonblocking_poll_locked(set);
                 continue;
             }
             status = PL_ERR_TIMED_OUT;

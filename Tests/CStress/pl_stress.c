@@ -37,6 +37,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/eventfd.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -823,6 +824,107 @@ static void scenario_too_large_race(void) {
 
 typedef struct { const char *name; void (*run)(void); } scenario_t;
 
+/* ---- descriptor_for_waiter ---------------------------------------------------------------------------- */
+/* A receiver waiting with no descriptor and no deadline (on the set's condition variable) while a descriptor
+ * is inserted and other threads keep polling the set (each poll holds the base for a moment): the waiter must
+ * end up watching the descriptor. A poller that left the base without handing it over left the waiter asleep
+ * with the descriptor readable. */
+
+typedef struct { pl_port_set_t *set; atomic_int done; pl_received_t got; } dw_waiter_t;
+typedef struct { pl_port_set_t *set; atomic_int *stop; } dw_poller_t;
+
+static void *dw_wait(void *raw) {
+    dw_waiter_t *arg = raw;
+    unsigned char buffer[64];
+    CHECK_OK(pl_port_set_receive(arg->set, &arg->got, buffer, sizeof buffer, PL_TIMEOUT_FOREVER));
+    atomic_store(&arg->done, 1);
+    return NULL;
+}
+
+static void *dw_poll(void *raw) {
+    dw_poller_t *arg = raw;
+    unsigned char buffer[64];
+    while (!atomic_load(arg->stop)) {
+        pl_received_t header;
+        pl_status_t status = pl_port_set_receive(arg->set, &header, buffer, sizeof buffer, 0);
+        CHECK(status == PL_OK || status == PL_ERR_TIMED_OUT);
+    }
+    return NULL;
+}
+
+static void scenario_descriptor_for_waiter(void) {
+    for (int round = 0; round < 100; round++) {
+        pl_port_set_t *set = new_set();
+        int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        CHECK(fd >= 0);
+        dw_waiter_t waiter = { .set = set, .done = 0 };
+        atomic_int stop = 0;
+        dw_poller_t poller = { .set = set, .stop = &stop };
+        pthread_t waiting, polling[2];
+        start_thread(&waiting, dw_wait, &waiter);
+        sleep_us(500); /* the waiter is asleep by now, or soon */
+        CHECK_OK(pl_port_set_insert_fd(set, fd));
+        for (int i = 0; i < 2; i++) start_thread(&polling[i], dw_poll, &poller);
+        sleep_us(300);
+        atomic_store(&stop, 1);
+        for (int i = 0; i < 2; i++) pthread_join(polling[i], NULL);
+        uint64_t one = 1;
+        CHECK(write(fd, &one, sizeof one) == sizeof one);
+        int64_t deadline = now_ns() + 2000 * MS;
+        while (!atomic_load(&waiter.done) && now_ns() < deadline) sleep_us(200);
+        if (!atomic_load(&waiter.done)) {
+            CHECK(!"the waiter never looked at the readable descriptor");
+            pl_port_set_destroy(set); /* lets it go */
+            pthread_join(waiting, NULL);
+            close(fd);
+            pl_port_set_release(set);
+            return;
+        }
+        pthread_join(waiting, NULL);
+        CHECK(waiter.got.kind == PL_RECEIVED_FD && waiter.got.fd == fd);
+        CHECK_OK(pl_port_set_destroy(set));
+        pl_port_set_release(set);
+        close(fd);
+    }
+}
+
+/* ---- wake_without_epoll --------------------------------------------------------------------------------- */
+/* A set whose base cannot watch edge-triggered (libevent told EVENT_NOEPOLL: poll instead) must drain its
+ * wake-up eventfd: left readable, it would end every later sleep at once and the receiver would spin. */
+
+typedef struct { pl_port_t *port; } we_arg_t;
+
+static void *we_send_later(void *raw) {
+    we_arg_t *arg = raw;
+    sleep_us(20000);
+    CHECK_OK(send_msg(arg->port, 1, NULL, PL_TIMEOUT_FOREVER));
+    return NULL;
+}
+
+static void scenario_wake_without_epoll(void) {
+    setenv("EVENT_NOEPOLL", "1", 1);
+    pl_port_set_t *set = new_set();
+    unsetenv("EVENT_NOEPOLL");
+    pl_port_t *port = new_port(4);
+    CHECK_OK(pl_port_set_insert(set, port));
+    we_arg_t arg = { .port = port };
+    pthread_t sender;
+    start_thread(&sender, we_send_later, &arg);
+    unsigned char buffer[BIG_BUFFER];
+    pl_received_t header;
+    /* Timed: the receiver sleeps in the base and the send wakes it through the eventfd. */
+    CHECK_OK(pl_port_set_receive(set, &header, buffer, sizeof buffer, 1000 * MS));
+    pthread_join(sender, NULL);
+    uint64_t sleeps_before = 0, sleeps_after = 0;
+    pl_port_set_wake_stats(set, &sleeps_before, NULL);
+    CHECK_STATUS(pl_port_set_receive(set, &header, buffer, sizeof buffer, 50 * MS), PL_ERR_TIMED_OUT);
+    pl_port_set_wake_stats(set, &sleeps_after, NULL);
+    CHECK(sleeps_after - sleeps_before <= 3); /* one sleep until the deadline, not thousands */
+    CHECK_OK(pl_port_destroy(port));
+    CHECK_OK(pl_port_set_destroy(set));
+    pl_port_set_release(set);
+}
+
 int main(int argc, char **argv) {
     bool verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     setvbuf(stdout, NULL, _IOLBF, 0); /* the summary must survive LeakSanitizer's exit */
@@ -835,6 +937,8 @@ int main(int argc, char **argv) {
         { "send_rights_elsewhere", scenario_send_rights_elsewhere },
         { "set_last_release", scenario_set_last_release },
         { "too_large_race", scenario_too_large_race },
+        { "descriptor_for_waiter", scenario_descriptor_for_waiter },
+        { "wake_without_epoll", scenario_wake_without_epoll },
     };
     int passed = 0, failed = 0;
     int64_t start = now_ns();

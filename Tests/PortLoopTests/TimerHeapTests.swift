@@ -142,6 +142,30 @@ struct TimerHeapTests {
         _ = later.insert(timer, fireDate: 11 * millisecond, latest: 11 * millisecond)
         #expect(later.wakeDeadline() == 10 * millisecond)
     }
+
+    @Test("a tolerance in the near heap brings no bucket in when another timer there must fire first")
+    func wakeDeadlineLeavesBucketsAlone() {
+        let millisecond: Int64 = 1 << TimerBuckets.shift
+        var heap = TimerHeap()
+        let timer = RunLoopTimer(after: .seconds(1)) { _ in }
+        _ = heap.insert(timer, fireDate: 0, latest: 36_000 * 1_000 * millisecond) // may wait ten hours
+        _ = heap.insert(timer, fireDate: 1, latest: 1) // must not
+        for index in 1...1_000 { _ = heap.insert(timer, fireDate: Int64(index) * millisecond / 10 + millisecond,
+                                                 latest: Int64(index) * millisecond / 10 + millisecond) }
+        #expect(heap.wakeDeadline() == 1)
+        #expect(heap.nearHeapCount == 2, "the buckets stayed where they were")
+    }
+
+    @Test("keys of emptied buckets do not pile up while the near heap never empties")
+    func staleBucketKeysAreDropped() {
+        let millisecond: Int64 = 1 << TimerBuckets.shift
+        var model = HeapModel()
+        model.insert(0) // stays in the near heap: nothing is popped
+        model.insert(millisecond)
+        for step in 2..<10_002 { model.reschedule(1, to: Int64(step) * millisecond) } // a new bucket each time
+        #expect(model.heap.bucketKeyCount < 200)
+        model.expectPopsInOrder()
+    }
 }
 
 /// A timer heap beside a plain list of what it should hold: each live timer's slot, fire date and the order

@@ -30,6 +30,8 @@ struct TimerBuckets {
     private var keys = Heap<Int64>()
     /// How many timers the buckets hold.
     private(set) var count = 0
+    /// How many keys the key heap holds, stale ones included (for tests).
+    var keyCount: Int { keys.count }
 
     var isEmpty: Bool { count == 0 }
 
@@ -48,6 +50,9 @@ struct TimerBuckets {
             }
             idsByKey[key] = id
             keys.insert(key)
+            // Keys of emptied buckets leave only when their time comes, and a mode that is not being run never
+            // takes its buckets: rebuild the keys from the live buckets when the stale ones are most of them.
+            if keys.count > 2 * idsByKey.count + 64 { keys = Heap(idsByKey.keys) }
         }
         let index = Int32(buckets[Int(id)].nodes.count)
         buckets[Int(id)].nodes.append(node)

@@ -66,8 +66,10 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
     /// How many timers wait to fire (not counting one being fired).
     var count: Int { nodes.count + buckets.count }
     var isEmpty: Bool { nodes.isEmpty } // the near heap is refilled whenever it empties
-    /// How many nodes the near heap holds (the rest wait in buckets).
+    /// How many nodes the near heap holds (the rest wait in buckets); for tests.
     var nearHeapCount: Int { nodes.count }
+    /// How many keys the buckets' key heap holds, stale ones included; for tests.
+    var bucketKeyCount: Int { buckets.keyCount }
     /// The earliest fire date.
     var firstFireDate: Int64? { nodes.isEmpty ? nil : nodes[0].fireDate }
     /// Every timer holding a slot, in no particular order.
@@ -140,17 +142,22 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
 
     /// When the loop must wake so that every timer fires within its tolerance, batching the others: the
     /// smallest `latest` among the timers whose fire date is not after that very moment (CF's
-    /// `__CFArmNextTimerInMode`). The buckets that start before the first timer's latest date move into the
-    /// near heap first (none, when that timer has no tolerance); subtrees whose root fires later than the
-    /// answer so far are skipped.
+    /// `__CFArmNextTimerInMode`). The near heap is walked first, skipping subtrees whose root fires later than
+    /// the answer so far; then the buckets that start before the answer (none, unless the near heap's timers
+    /// all have tolerances reaching past it) move into the near heap, their timers narrowing it as they come.
+    /// Visiting timers out of fire order gives the same answer: one that fires after the final answer has a
+    /// `latest` after it too.
     mutating func wakeDeadline() -> Int64? {
         guard let first = nodes.first else { return nil }
         var deadline = slotLatest[Int(first.slot)]
+        narrow(&deadline, from: 0)
         while let key = buckets.takeFirst(upTo: TimerBuckets.key(of: deadline), into: &arriving) {
+            for node in arriving where node.fireDate <= deadline {
+                deadline = min(deadline, slotLatest[Int(node.slot)])
+            }
             nearKey = key
             takeArriving()
         }
-        narrow(&deadline, from: 0)
         return deadline
     }
 
