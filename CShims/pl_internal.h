@@ -76,7 +76,7 @@ struct pl_port_set {
     atomic_uint refs;
     bool dead;
     struct event_base *base;
-    int wake_fd;              /* eventfd (edge-triggered, never read): senders write it to wake the looper */
+    int wake_fd;              /* eventfd: senders write it to wake the thread looping the base */
     struct event *wake_event;
     int timer_fd;             /* timerfd on CLOCK_MONOTONIC, armed only for timed receives */
     struct event *timer_event;

@@ -25,8 +25,9 @@
  *
  *  - Wake-ups are coalesced. A send makes a syscall only when it turns an empty port into a non-empty one
  *    *and* somebody is asleep waiting for it; a set's eventfd is written at most once until the sleeper
- *    has consumed it. A receiver that is awake and busy costs its senders no syscall at all. The eventfd
- *    is edge-triggered and never read: each write is an edge, so a wake-up costs the sleeper no read(2).
+ *    has consumed it. A receiver that is awake and busy costs its senders no syscall at all. With epoll
+ *    the eventfd is edge-triggered and never read: each write is an edge, so a wake-up costs the sleeper
+ *    no read(2) (a backend without edge triggering reads it).
  *
  *  - No lock is held across a syscall: senders decide under the lock whom to wake and do the eventfd
  *    write or futex wake after unlocking; descriptor events are deleted outside the set's lock. Port and
