@@ -15,9 +15,9 @@ import CPortLoop
 /// Why this layout: at 100,000 timers every cache line a pop touches in a heap of them all is a miss; the near
 /// heap holds about a millisecond of timers, and a bucket's timers move in with one pass over its array. The
 /// nodes are 16 bytes with their ordering keys inline and no references (moving them retains nothing), the
-/// slots' locations live in a dense array, and eight children per node make the heap a third as deep as a
-/// binary one. The node buffer is aligned so that the eight children of a node fill one aligned 128-byte
-/// pair of cache lines (fetched together by the adjacent-line prefetcher).
+/// slot table keeps each slot's timer, latest date and location in one 32-byte entry, and eight children per
+/// node make the heap a third as deep as a binary one. The node buffer is aligned so that the eight children
+/// of a node fill one aligned 128-byte pair of cache lines (fetched together by the adjacent-line prefetcher).
 struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would share it
     /// A heap node: the ordering keys and the slot they belong to.
     struct Node {
@@ -46,15 +46,31 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
     private var nearKey = Int64.min
     /// A bucket's nodes on their way into the near heap (kept for its storage).
     private var arriving: [Node] = []
-    /// Per slot: the timer (nil when the slot is free), its latest acceptable fire date (fire date plus
-    /// tolerance) and where its node is.
-    private var slotTimers: [RunLoopTimer?] = []
-    private var slotLatest: [Int64] = []
-    private var locations: [Location] = []
+    /// What the heap keeps per slot, together so that a timer's turn touches one cache line of the slot table,
+    /// not one in each of three arrays (at 100,000 timers they are all misses, most of all when the loop comes
+    /// back from a long sleep).
+    struct Slot {
+        /// The timer; nil when the slot is free.
+        var timer: RunLoopTimer?
+        /// Its latest acceptable fire date (fire date plus tolerance).
+        var latest: Int64
+        /// Where its node is.
+        var location: Location
+        /// Makes the stride 32 bytes, so that no slot straddles two cache lines.
+        private var padding: Int64 = 0
+
+        init(timer: RunLoopTimer?, latest: Int64, location: Location) {
+            self.timer = timer
+            self.latest = latest
+            self.location = location
+        }
+    }
+
+    private var slots: [Slot] = []
     /// The first free slot, or -1; a free slot's location holds the next one (no node refers to a free slot).
     /// The list lives in the slot table itself so that freeing a slot allocates nothing (a growing array's
     /// reallocation makes glibc consolidate its free lists, which showed up as a tenth of the firing time at
-    /// 100,000 timers), and in `locations` because popping the timer touched that entry just before.
+    /// 100,000 timers), and in the slot's location because popping the timer touched that entry just before.
     private var firstFreeSlot: Int32 = -1
     private var nextSequence: UInt32 = 0
     /// The last sequence handed out before the nodes are renumbered; lowered by tests.
@@ -73,22 +89,18 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
     /// The earliest fire date.
     var firstFireDate: Int64? { nodes.isEmpty ? nil : nodes[0].fireDate }
     /// Every timer holding a slot, in no particular order.
-    var timers: [RunLoopTimer] { slotTimers.compactMap { $0 } }
+    var timers: [RunLoopTimer] { slots.compactMap(\.timer) }
 
     /// Gives the timer a slot and schedules it; returns the slot.
     mutating func insert(_ timer: RunLoopTimer, fireDate: Int64, latest: Int64) -> Int32 {
         let slot: Int32
         if firstFreeSlot >= 0 {
             slot = firstFreeSlot
-            firstFreeSlot = locations[Int(slot)].index
-            slotTimers[Int(slot)] = timer
-            slotLatest[Int(slot)] = latest
-            locations[Int(slot)] = .notScheduled
+            firstFreeSlot = slots[Int(slot)].location.index
+            slots[Int(slot)] = Slot(timer: timer, latest: latest, location: .notScheduled)
         } else {
-            slot = Int32(slotTimers.count)
-            slotTimers.append(timer)
-            slotLatest.append(latest)
-            locations.append(.notScheduled)
+            slot = Int32(slots.count)
+            slots.append(Slot(timer: timer, latest: latest, location: .notScheduled))
         }
         schedule(slot: slot, fireDate: fireDate)
         return slot
@@ -97,15 +109,15 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
     /// Unschedules the slot's timer (if scheduled) and frees the slot.
     mutating func remove(slot: Int32) {
         unschedule(slot: slot)
-        slotTimers[Int(slot)] = nil
-        locations[Int(slot)] = Location(container: Location.outside, index: firstFreeSlot)
+        slots[Int(slot)].timer = nil
+        slots[Int(slot)].location = Location(container: Location.outside, index: firstFreeSlot)
         firstFreeSlot = slot
     }
 
     /// Gives the slot's timer a new fire date and latest date: moves it, or schedules it again after it was
     /// popped.
     mutating func reschedule(slot: Int32, fireDate: Int64, latest: Int64) {
-        slotLatest[Int(slot)] = latest
+        slots[Int(slot)].latest = latest
         unschedule(slot: slot)
         schedule(slot: slot, fireDate: fireDate)
     }
@@ -124,16 +136,16 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
             prefetchTimer(in: first.slot)
             slots.append(first.slot)
         }
-        for slot in slots { due.append(slotTimers[Int(slot)]!) }
+        for slot in slots { due.append(self.slots[Int(slot)].timer!) }
     }
 
     /// Starts loading the first two cache lines of the slot's timer, without retaining it.
     @inline(__always)
     private func prefetchTimer(in slot: Int32) {
-        slotTimers.withUnsafeBufferPointer { timers in
-            let raw = UnsafeRawPointer(timers.baseAddress!)
-            if let object = raw.load(fromByteOffset: Int(slot) &* MemoryLayout<RunLoopTimer?>.stride,
-                                     as: UnsafeRawPointer?.self) {
+        slots.withUnsafeBufferPointer { slots in
+            let raw = UnsafeRawPointer(slots.baseAddress!) + Int(slot) &* MemoryLayout<Slot>.stride
+                + MemoryLayout<Slot>.offset(of: \Slot.timer)!
+            if let object = raw.load(as: UnsafeRawPointer?.self) {
                 pl_prefetch(object)
                 pl_prefetch(object + 64)
             }
@@ -149,11 +161,11 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
     /// `latest` after it too.
     mutating func wakeDeadline() -> Int64? {
         guard let first = nodes.first else { return nil }
-        var deadline = slotLatest[Int(first.slot)]
+        var deadline = slots[Int(first.slot)].latest
         narrow(&deadline, from: 0)
         while let key = buckets.takeFirst(upTo: TimerBuckets.key(of: deadline), into: &arriving) {
             for node in arriving where node.fireDate <= deadline {
-                deadline = min(deadline, slotLatest[Int(node.slot)])
+                deadline = min(deadline, slots[Int(node.slot)].latest)
             }
             nearKey = key
             takeArriving()
@@ -164,7 +176,7 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
     private func narrow(_ deadline: inout Int64, from index: Int) {
         let node = nodes[index]
         guard node.fireDate <= deadline else { return }
-        deadline = min(deadline, slotLatest[Int(node.slot)])
+        deadline = min(deadline, slots[Int(node.slot)].latest)
         let firstChild = Self.arity * index + 1
         guard firstChild < nodes.count else { return }
         for child in firstChild..<min(firstChild + Self.arity, nodes.count) { narrow(&deadline, from: child) }
@@ -183,7 +195,7 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
             nearKey = key
         } else if key > nearKey {
             let (bucket, index) = buckets.append(node, key: key)
-            locations[Int(slot)] = Location(container: bucket, index: index)
+            slots[Int(slot)].location = Location(container: bucket, index: index)
             return
         } else if key < nearKey && nodes.count <= Self.evictionLimit {
             evict(after: key)
@@ -194,7 +206,7 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
 
     /// Takes the slot's node out of the near heap or its bucket, if it has one.
     private mutating func unschedule(slot: Int32) {
-        let location = locations[Int(slot)]
+        let location = slots[Int(slot)].location
         switch location.container {
         case Location.outside:
             return
@@ -202,9 +214,9 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
             removeNode(at: Int(location.index))
         default:
             if let moved = buckets.remove(bucket: location.container, index: location.index) {
-                locations[Int(moved.slot)] = location
+                slots[Int(moved.slot)].location = location
             }
-            locations[Int(slot)] = .notScheduled
+            slots[Int(slot)].location = .notScheduled
         }
     }
 
@@ -216,7 +228,7 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
             let nodeKey = TimerBuckets.key(of: node.fireDate)
             if nodeKey > key {
                 let (bucket, bucketIndex) = buckets.append(node, key: nodeKey)
-                locations[Int(node.slot)] = Location(container: bucket, index: bucketIndex)
+                slots[Int(node.slot)].location = Location(container: bucket, index: bucketIndex)
             } else {
                 nodes[kept] = node
                 kept += 1
@@ -259,8 +271,9 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
 
     /// Orders the near heap's nodes as a heap, wherever they are (Floyd's bottom-up construction).
     private mutating func heapify() {
-        for index in 0..<nodes.count { locations[Int(nodes[index].slot)] = Location(container: Location.nearHeap,
-                                                                                   index: Int32(index)) }
+        for index in 0..<nodes.count {
+            slots[Int(nodes[index].slot)].location = Location(container: Location.nearHeap, index: Int32(index))
+        }
         guard nodes.count > 1 else { return }
         for index in stride(from: (nodes.count - 2) / Self.arity, through: 0, by: -1) {
             siftDown(nodes[index], from: index)
@@ -286,7 +299,7 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
 
     /// Removes the node at `index` of the near heap, refilling the heap from the buckets if it empties.
     private mutating func removeNode(at index: Int) {
-        locations[Int(nodes[index].slot)] = .notScheduled
+        slots[Int(nodes[index].slot)].location = .notScheduled
         let last = nodes.removeLast()
         guard index < nodes.count else {
             if nodes.isEmpty { refill() }
@@ -333,7 +346,7 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
     @inline(__always)
     private mutating func place(_ node: Node, at index: Int) {
         nodes[index] = node
-        locations[Int(node.slot)] = Location(container: Location.nearHeap, index: Int32(index))
+        slots[Int(node.slot)].location = Location(container: Location.nearHeap, index: Int32(index))
     }
 }
 
