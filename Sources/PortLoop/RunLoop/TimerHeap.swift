@@ -163,12 +163,10 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
         guard let first = nodes.first else { return nil }
         var deadline = slots[Int(first.slot)].latest
         narrow(&deadline, from: 0)
-        while let key = buckets.takeFirst(upTo: TimerBuckets.key(of: deadline), into: &arriving) {
+        while moveInFirstBucket(upTo: TimerBuckets.key(of: deadline)) {
             for node in arriving where node.fireDate <= deadline {
                 deadline = min(deadline, slots[Int(node.slot)].latest)
             }
-            nearKey = key
-            takeArriving()
         }
         return deadline
     }
@@ -239,11 +237,14 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
         heapify()
     }
 
-    /// Moves the earliest bucket in when the near heap is empty.
-    private mutating func refill() {
-        guard let key = buckets.takeFirst(into: &arriving) else { return }
+    /// Moves the earliest bucket into the near heap if its key is at most `limit`; false if there is none. Its
+    /// nodes stay readable in `arriving` until the next move.
+    @discardableResult
+    private mutating func moveInFirstBucket(upTo limit: Int64 = .max) -> Bool {
+        guard let key = buckets.takeFirst(upTo: limit, into: &arriving) else { return false }
         nearKey = key
         takeArriving()
+        return true
     }
 
     /// Adds a bucket's nodes, all later than the near heap's, to the heap.
@@ -285,10 +286,7 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
     /// during that pass fires in it rather than in the next one.) Every bucket moves into the near heap first:
     /// sequences are compared across all of them; the buckets fill again as timers are scheduled.
     private mutating func renumber() {
-        while let key = buckets.takeFirst(into: &arriving) {
-            nearKey = key
-            takeArriving()
-        }
+        while moveInFirstBucket() {}
         var sorted = (0..<nodes.count).map { nodes[$0] }
         sorted.sort(by: Self.precedes)
         for (index, node) in sorted.enumerated() {
@@ -302,7 +300,7 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
         slots[Int(nodes[index].slot)].location = .notScheduled
         let last = nodes.removeLast()
         guard index < nodes.count else {
-            if nodes.isEmpty { refill() }
+            if nodes.isEmpty { moveInFirstBucket() } // refill from the buckets
             return
         }
         // Put the last node in the hole, then move it whichever way restores the order.
