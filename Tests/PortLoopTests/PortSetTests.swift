@@ -96,19 +96,14 @@ struct PortSetTests {
         #expect(set.memberCount == 0)
     }
 
-    @Test("a receiver asleep with no descriptor to watch is woken by a message, and by a descriptor inserted meanwhile")
-    func untimedWaitWithoutDescriptors() throws {
+    @Test("a receiver asleep with no descriptor to watch starts watching one inserted meanwhile")
+    func descriptorInsertedWhileWaiting() throws {
         let set = try PortSet()
         let port = try PortReceiveRight()
         try set.insert(port)
         let right = port.makeSendRight()
-        // Asleep forever on a set of ports only (the set waits on its condition variable, not in its base).
-        let sender = TestThread { sleepMilliseconds(30); try! right.send(id: 7) }
-        #expect(try message(set.receive(timeout: .forever)).id == 7)
-        sender.join()
-        #expect(set.wakeStatistics.sleeps >= 1 && set.wakeStatistics.wakeUps >= 1)
-
-        // A descriptor inserted while the receiver sleeps: the receiver must start watching it.
+        // Asleep forever on a set of ports only (it waits on its condition variable, not in its base) when the
+        // descriptor comes.
         let (fd, writeEnd) = try makePipe()
         defer { close(fd); close(writeEnd) }
         let reported = Locked<Int32?>(nil)
@@ -155,9 +150,11 @@ struct PortSetTests {
         let port = try PortReceiveRight()
         try set.insert(port)
         let right = port.makeSendRight()
+        // With no descriptor and no deadline, the receiver waits on the set's condition variable, not in its base.
         let sender = TestThread { sleepMilliseconds(30); try! right.send(id: 3) }
         #expect(try message(set.receive(timeout: .forever)).id == 3)
         sender.join()
+        #expect(set.wakeStatistics.sleeps >= 1 && set.wakeStatistics.wakeUps >= 1)
         let ms = elapsedMilliseconds { #expect(throws: PortError.timedOut) { try set.receive(timeout: .after(.milliseconds(20))) } }
         #expect(ms >= 20)
     }
