@@ -154,7 +154,7 @@ final class Trace: @unchecked Sendable {
     }
 
     /// A Source1 handler: one producer's message.
-    func handle(_ message: PortMessage) {
+    func handle(_ message: ReceivedMessage) {
         let at = now()
         guard let payload = Payload(message.payload) else { return }
         let latency = at - payload.sentAt

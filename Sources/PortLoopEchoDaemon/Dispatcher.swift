@@ -92,7 +92,7 @@ final class Dispatcher: @unchecked Sendable {
 
     // MARK: - Requests
 
-    private func handleRequest(_ message: PortMessage) -> PortReply? {
+    private func handleRequest(_ message: ReceivedMessage) -> PortReply? {
         switch phase {
         case .serving:
             forward(message)
@@ -110,7 +110,7 @@ final class Dispatcher: @unchecked Sendable {
 
     /// Hands a request to the next worker that has room, with the client's reply port attached, so the worker
     /// answers the client directly.
-    private func forward(_ message: PortMessage) {
+    private func forward(_ message: ReceivedMessage) {
         let count = workers.count
         for attempt in 0..<count {
             let index = (nextWorker + attempt) % count
@@ -172,7 +172,7 @@ final class Dispatcher: @unchecked Sendable {
         }
     }
 
-    private func handleFenceReply(_ message: PortMessage) -> PortReply? {
+    private func handleFenceReply(_ message: ReceivedMessage) -> PortReply? {
         if message.id == EchoProtocol.fenceID { fenceAnswered() }
         return nil
     }

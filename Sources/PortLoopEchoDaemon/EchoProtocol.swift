@@ -29,7 +29,7 @@ enum EchoProtocol {
     }
 
     /// The number of the worker that answered, if `reply` is the right answer to the request; nil otherwise.
-    static func answeringWorker(of reply: PortMessage, requestID: Int32, requestPayload: [UInt8],
+    static func answeringWorker(of reply: ReceivedMessage, requestID: Int32, requestPayload: [UInt8],
                                 workers: Int) -> Int? {
         guard reply.id == requestID else { return nil }
         let expected = echo(requestPayload, worker: 0).dropLast(" [w0]".utf8.count)

@@ -67,7 +67,7 @@ final class LoadGenerator: Sendable {
             // Ids stay positive: the negative ones are the protocol's own.
             let id = Int32((sequence - 1) % Int(Int32.max) + 1)
             let payload = EchoProtocol.requestPayload(client: client, sequence: sequence)
-            let reply: PortMessage
+            let reply: ReceivedMessage
             do throws(PortError) {
                 reply = try endpoint.request(id: id, bytes: payload, timeout: Self.requestTimeout)
             } catch {

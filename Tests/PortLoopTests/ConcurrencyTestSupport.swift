@@ -3,18 +3,18 @@
 import Glibc
 #endif
 
-/// A thread running its loop's default mode with a ``RunLoopExecutor`` scheduled in the common modes, until
+/// A thread running its loop's default mode with a ``RunLoopSerialExecutor`` scheduled in the common modes, until
 /// `stop()`. `setUp` runs on the thread first, with the loop.
 final class ExecutorLoopThread: @unchecked Sendable {
     let worker: TestLoopThread
-    let executor: RunLoopExecutor
+    let executor: RunLoopSerialExecutor
     var loop: PortRunLoop { worker.loop }
 
     init(setUp: @escaping @Sendable (PortRunLoop) throws -> Void = { _ in },
          body: @escaping @Sendable (PortRunLoop) -> Void = { $0.run() }) {
-        let box = Locked<RunLoopExecutor?>(nil)
+        let box = Locked<RunLoopSerialExecutor?>(nil)
         worker = TestLoopThread(setUp: { loop in
-            let executor = try RunLoopExecutor(loop: loop)
+            let executor = try RunLoopSerialExecutor(loop: loop)
             box.withLock { $0 = executor }
             try setUp(loop)
         }, body: { loop in body(loop); return [] })
@@ -31,11 +31,11 @@ final class ExecutorLoopThread: @unchecked Sendable {
 
 /// An actor whose jobs run on a loop's thread.
 actor LoopActor {
-    let executor: RunLoopExecutor
+    let executor: RunLoopSerialExecutor
     nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
     private(set) var log: [String] = []
 
-    init(executor: RunLoopExecutor) { self.executor = executor }
+    init(executor: RunLoopSerialExecutor) { self.executor = executor }
 
     /// The kernel id of the thread running this job.
     func threadID() -> Int32 { currentThreadID() }

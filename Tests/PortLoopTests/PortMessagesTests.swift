@@ -162,9 +162,9 @@ struct PortMessagesTests {
 
 /// Consumes a port's messages inside its isolation, on a loop's thread.
 actor ConsumingActor {
-    let executor: RunLoopExecutor
+    let executor: RunLoopSerialExecutor
     nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
-    init(executor: RunLoopExecutor) { self.executor = executor }
+    init(executor: RunLoopSerialExecutor) { self.executor = executor }
 
     func take(_ count: Int, from messages: PortMessages) async -> ([Int32], Set<Int32>) {
         var ids: [Int32] = []

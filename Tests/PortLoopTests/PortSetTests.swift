@@ -5,7 +5,7 @@ import Testing
 /// Port sets: arrival ports, round-robin service, several sets, descriptor members, several receivers.
 @Suite("Port sets")
 struct PortSetTests {
-    func message(_ event: PortSetEvent) throws -> PortMessage {
+    func message(_ event: PortSetEvent) throws -> ReceivedMessage {
         guard case let .message(message) = event else { throw PortError.invalidName }
         return message
     }

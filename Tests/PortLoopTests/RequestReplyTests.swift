@@ -102,7 +102,7 @@ struct RequestReplyTests {
 }
 
 /// The argument named by the ``PortError/invalidArgument(argument:reason:)`` that `body` throws, or nil.
-func invalidArgument(_ body: () throws -> PortMessage) -> String? {
+func invalidArgument(_ body: () throws -> ReceivedMessage) -> String? {
     do {
         _ = try body()
         return nil

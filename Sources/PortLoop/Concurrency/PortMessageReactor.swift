@@ -7,7 +7,7 @@ import Musl
 #endif
 
 /// How a parked consumer is resumed: with its port's next message, or nil when its iteration ends.
-typealias MessageContinuation = CheckedContinuation<PortMessage?, Never>
+typealias MessageContinuation = CheckedContinuation<ReceivedMessage?, Never>
 
 /// The one thread that waits for messages on behalf of every ``PortMessages`` consumer with nothing to read:
 /// PortLoop's counterpart of libdispatch's manager thread, which serves every Mach receive source on Darwin.

@@ -22,7 +22,7 @@
 ///
 /// Iterate from one task at a time: two concurrent `next()` calls stop the program, as `AsyncStream` does.
 public struct PortMessages: AsyncSequence, Sendable {
-    public typealias Element = PortMessage
+    public typealias Element = ReceivedMessage
     public typealias Failure = Never
 
     let storage: Storage
@@ -57,12 +57,12 @@ public struct PortMessages: AsyncSequence, Sendable {
 
         /// The next message, waiting for one if the port is empty; nil once the consuming task is cancelled
         /// (the port is then destroyed).
-        public mutating func next(isolation actor: isolated (any Actor)? = #isolation) async -> PortMessage? {
+        public mutating func next(isolation actor: isolated (any Actor)? = #isolation) async -> ReceivedMessage? {
             await storage.next(isolation: actor)
         }
 
         /// The next message; see ``next(isolation:)``.
-        public mutating func next() async -> PortMessage? {
+        public mutating func next() async -> ReceivedMessage? {
             await storage.next(isolation: nil)
         }
     }
@@ -82,12 +82,12 @@ public struct PortMessages: AsyncSequence, Sendable {
         var isFinished: Bool { lock.withLock { port == nil } }
 
         private enum Poll {
-            case message(PortMessage)
+            case message(ReceivedMessage)
             case empty(OpaquePointer)
             case finished
         }
 
-        func next(isolation actor: isolated (any Actor)?) async -> PortMessage? {
+        func next(isolation actor: isolated (any Actor)?) async -> ReceivedMessage? {
             let port: OpaquePointer
             switch poll() {
             case let .message(message): return message

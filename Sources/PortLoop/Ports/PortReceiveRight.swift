@@ -93,23 +93,23 @@ public struct PortReceiveRight: ~Copyable, @unchecked Sendable {
     ///     ``PortError/tooLarge(size:limit:)`` with the size needed.
     /// - Throws: ``PortError/timedOut``, ``PortError/tooLarge(size:limit:)``, ``PortError/portDied``,
     ///   ``PortError/invalidArgument(argument:reason:)``.
-    public func receive(timeout: PortTimeout = .forever, maxSize: Int = .max) throws(PortError) -> PortMessage {
+    public func receive(timeout: PortTimeout = .forever, maxSize: Int = .max) throws(PortError) -> ReceivedMessage {
         let port = self.port
         let (header, payload) = try receiveIntoArray(timeout: timeout, maxSize: maxSize) { out, buffer, capacity, ns in
             pl_port_receive(port, out, buffer, capacity, ns)
         }
-        return PortMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(),
+        return ReceivedMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(),
                            arrivalPort: PortName(rawValue: header.arrival_name))
     }
 
     /// Receives the next message into `buffer`, without allocating (`mach_msg` with `MACH_RCV_LARGE`).
     /// A message larger than the buffer stays queued and the call throws ``PortError/tooLarge(size:limit:)``.
     public func receive(into buffer: UnsafeMutableRawBufferPointer,
-                        timeout: PortTimeout = .forever) throws(PortError) -> PortMessageHeader {
+                        timeout: PortTimeout = .forever) throws(PortError) -> ReceivedMessageHeader {
         var header = pl_received_t()
         let status = pl_port_receive(port, &header, buffer.baseAddress, buffer.count, try timeout.nanoseconds())
         try PortError.check(status, operation: "receive", size: Int(header.size), limit: buffer.count)
-        return PortMessageHeader(id: header.id, size: Int(header.size), replyPort: header.adoptReplyPort(),
+        return ReceivedMessageHeader(id: header.id, size: Int(header.size), replyPort: header.adoptReplyPort(),
                                  arrivalPort: PortName(rawValue: header.arrival_name))
     }
 }

@@ -2,16 +2,16 @@ import CPortLoop
 
 /// What a receive on a ``PortSet`` returned.
 public enum PortSetEvent: Sendable {
-    /// A message from one of the member ports; ``PortMessage/arrivalPort`` names which.
-    case message(PortMessage)
+    /// A message from one of the member ports; ``ReceivedMessage/arrivalPort`` names which.
+    case message(ReceivedMessage)
     /// A descriptor member became readable. It stays reported while it is readable.
     case readable(fileDescriptor: Int32)
 }
 
 /// What a receive into a caller's buffer on a ``PortSet`` returned.
 public enum PortSetBufferEvent: Sendable {
-    /// A message whose payload is in the buffer; ``PortMessageHeader/arrivalPort`` names its port.
-    case message(PortMessageHeader)
+    /// A message whose payload is in the buffer; ``ReceivedMessageHeader/arrivalPort`` names its port.
+    case message(ReceivedMessageHeader)
     /// A descriptor member became readable.
     case readable(fileDescriptor: Int32)
 }
@@ -94,7 +94,7 @@ public final class PortSet: @unchecked Sendable {
             pl_port_set_receive(set, out, buffer, capacity, ns)
         }
         if header.kind == PL_RECEIVED_FD { return .readable(fileDescriptor: header.fd) }
-        return .message(PortMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(),
+        return .message(ReceivedMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(),
                                     arrivalPort: PortName(rawValue: header.arrival_name)))
     }
 
@@ -106,7 +106,7 @@ public final class PortSet: @unchecked Sendable {
         let status = pl_port_set_receive(set, &header, buffer.baseAddress, buffer.count, try timeout.nanoseconds())
         try PortError.check(status, operation: "receive", size: Int(header.size), limit: buffer.count)
         if header.kind == PL_RECEIVED_FD { return .readable(fileDescriptor: header.fd) }
-        return .message(PortMessageHeader(id: header.id, size: Int(header.size), replyPort: header.adoptReplyPort(),
+        return .message(ReceivedMessageHeader(id: header.id, size: Int(header.size), replyPort: header.adoptReplyPort(),
                                           arrivalPort: PortName(rawValue: header.arrival_name)))
     }
 

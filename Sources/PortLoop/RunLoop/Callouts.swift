@@ -19,7 +19,7 @@ func __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE0_PERFORM_FUNCTION__(_ source: RunLoop
 
 @inline(never)
 func __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(
-    _ source: RunLoopPortSource, _ message: PortMessage) -> PortReply? {
+    _ source: RunLoopPortSource, _ message: ReceivedMessage) -> PortReply? {
     source.handler(message)
 }
 

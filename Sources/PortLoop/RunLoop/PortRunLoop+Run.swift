@@ -224,7 +224,7 @@ extension PortRunLoop {
         if arrival == wakeUpPortName { return false } // consumed; `doBlocks` clears `wakeUpQueued`
         let payload = header.size == 0 ? [] :
             Array(UnsafeRawBufferPointer(start: payload, count: Int(header.size)))
-        let message = PortMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(), arrivalPort: arrival)
+        let message = ReceivedMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(), arrivalPort: arrival)
         // The source may have left the mode between receive and now (CF drops such a message too).
         guard let source = lock.withLock({ state.sources1[arrival] }), source.isValid else { return false }
         if let reply = __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(source, message),

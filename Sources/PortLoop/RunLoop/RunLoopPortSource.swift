@@ -24,12 +24,12 @@ public final class RunLoopPortSource: Hashable, @unchecked Sendable, CustomStrin
     /// Performance order (`CFRunLoopSourceGetOrder`); ports are otherwise served round-robin.
     public let order: Int
     let port: PortReceiveRight
-    let handler: @Sendable (PortMessage) -> PortReply?
+    let handler: @Sendable (ReceivedMessage) -> PortReply?
     let attachment = ItemAttachment.make()
 
     /// Creates a source that owns `port` (`CFMachPortCreateRunLoopSource`).
     public init(port: consuming PortReceiveRight, order: Int = 0,
-                handler: @escaping @Sendable (PortMessage) -> PortReply?) {
+                handler: @escaping @Sendable (ReceivedMessage) -> PortReply?) {
         self.port = port
         self.order = order
         self.handler = handler
@@ -38,7 +38,7 @@ public final class RunLoopPortSource: Hashable, @unchecked Sendable, CustomStrin
     /// Creates a source with a new port of the given limits (`CFMachPortCreate` then
     /// `CFMachPortCreateRunLoopSource`).
     public convenience init(queueLimit: Int = 64, maxMessageSize: Int = PortReceiveRight.defaultMaxMessageSize,
-                            order: Int = 0, handler: @escaping @Sendable (PortMessage) -> PortReply?) throws(PortError) {
+                            order: Int = 0, handler: @escaping @Sendable (ReceivedMessage) -> PortReply?) throws(PortError) {
         self.init(port: try PortReceiveRight(queueLimit: queueLimit, maxMessageSize: maxMessageSize),
                   order: order, handler: handler)
     }

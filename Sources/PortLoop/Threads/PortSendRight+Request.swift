@@ -2,7 +2,7 @@ import CPortLoop
 
 extension PortSendRight {
     /// Sends a request and waits for its reply: one `mach_msg` with `MACH_SEND_MSG | MACH_RCV_MSG` and a reply
-    /// port, as a MIG client stub does. The receiver answers on the message's ``PortMessage/replyPort``; a
+    /// port, as a MIG client stub does. The receiver answers on the message's ``ReceivedMessage/replyPort``; a
     /// ``RunLoopPortSource`` does that with the ``PortReply`` its handler returns.
     ///
     /// Each request gets a fresh reply port, destroyed when the call returns. That is why a reply that arrives
@@ -21,12 +21,12 @@ extension PortSendRight {
     ///   - timeout: how long the whole exchange may take: waiting for room to send, then for the reply.
     ///   - maxReplySize: the largest reply payload accepted; a larger reply fails the replier's send with
     ///     ``PortError/tooLarge(size:limit:)``.
-    /// - Returns: the reply; its ``PortMessage/arrivalPort`` is the request's reply port.
+    /// - Returns: the reply; its ``ReceivedMessage/arrivalPort`` is the request's reply port.
     /// - Throws: ``PortError/timedOut`` (no room, or no reply in time), ``PortError/invalidDestination``
     ///   (the destination is destroyed), ``PortError/tooLarge(size:limit:)`` (request too large),
     ///   ``PortError/invalidArgument(argument:reason:)`` (bad timeout or size).
     public func request(id: Int32 = 0, bytes: [UInt8] = [], timeout: PortTimeout = .forever,
-                        maxReplySize: Int = PortReceiveRight.defaultMaxMessageSize) throws(PortError) -> PortMessage {
+                        maxReplySize: Int = PortReceiveRight.defaultMaxMessageSize) throws(PortError) -> ReceivedMessage {
         guard (1...PortReceiveRight.maxMessageSizeLimit).contains(maxReplySize) else {
             throw .invalidArgument(argument: "maxReplySize",
                                    reason: "\(maxReplySize) is outside 1…\(PortReceiveRight.maxMessageSizeLimit)")

@@ -18,17 +18,17 @@ import DequeModule
 ///
 /// ```swift
 /// actor Counter {
-///     let executor: RunLoopExecutor
+///     let executor: RunLoopSerialExecutor
 ///     nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
 ///     var value = 0
-///     init(loop: PortRunLoop) throws(RunLoopError) { executor = try RunLoopExecutor(loop: loop) }
+///     init(loop: PortRunLoop) throws(RunLoopError) { executor = try RunLoopSerialExecutor(loop: loop) }
 ///     func increment() -> Int { value += 1; return value } // runs on the loop's thread
 /// }
 /// ```
 ///
 /// Jobs never run re-entrantly: if a job runs the loop again (a nested run), the jobs queued meanwhile
 /// wait until that job has returned, so an actor's jobs stay strictly one at a time.
-public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomStringConvertible {
+public final class RunLoopSerialExecutor: SerialExecutor, @unchecked Sendable, CustomStringConvertible {
     /// The loop whose thread runs the jobs.
     public let loop: PortRunLoop
     /// The modes in which the loop runs jobs.
@@ -85,7 +85,7 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
         let gone = detached
         lock.unlock()
         if gone {
-            PortRunLoop.logError("RunLoopExecutor: job enqueued after the loop's thread exited; it will never run")
+            PortRunLoop.logError("RunLoopSerialExecutor: job enqueued after the loop's thread exited; it will never run")
             return
         }
         // Only the empty → non-empty transition needs a signal: a non-empty queue is already signalled, or is
@@ -104,7 +104,7 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
 
     /// Whether two executors run their jobs on the same thread, one at a time: true for executors of the
     /// same loop (`SerialExecutor.isSameExclusiveExecutionContext`).
-    public func isSameExclusiveExecutionContext(other: RunLoopExecutor) -> Bool {
+    public func isSameExclusiveExecutionContext(other: RunLoopSerialExecutor) -> Bool {
         loop === other.loop
     }
 
@@ -125,7 +125,7 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
     public var pendingJobCount: Int { lock.withLock { pending.count } }
 
     public var description: String {
-        "RunLoopExecutor(loop thread \(loop.threadID), modes: \(modes), pending: \(pendingJobCount))"
+        "RunLoopSerialExecutor(loop thread \(loop.threadID), modes: \(modes), pending: \(pendingJobCount))"
     }
 
     // MARK: - On the loop's thread
@@ -161,7 +161,7 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
             return pending.count
         }
         if stranded > 0 {
-            PortRunLoop.logError("RunLoopExecutor: the loop left with \(stranded) jobs queued; they will never run")
+            PortRunLoop.logError("RunLoopSerialExecutor: the loop left with \(stranded) jobs queued; they will never run")
         }
     }
 }
@@ -169,5 +169,5 @@ public final class RunLoopExecutor: SerialExecutor, @unchecked Sendable, CustomS
 /// The executor as its source's callbacks see it: weakly, so that the loop does not keep it alive.
 private final class WeakExecutor: @unchecked Sendable {
     /// Set once, before the source is added to the loop.
-    weak var executor: RunLoopExecutor?
+    weak var executor: RunLoopSerialExecutor?
 }

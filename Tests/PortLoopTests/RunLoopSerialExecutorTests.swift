@@ -71,7 +71,7 @@ struct RunLoopExecutorTests {
         let worker = ExecutorLoopThread()
         defer { worker.stop() }
         let actor = LoopActor(executor: worker.executor)
-        let other = LoopActor(executor: try RunLoopExecutor(loop: worker.loop))
+        let other = LoopActor(executor: try RunLoopSerialExecutor(loop: worker.loop))
         #expect(await actor.checkIsolation(sameLoopActor: other))
 
         // Off the loop's thread the executor does not claim the context.
@@ -98,7 +98,7 @@ struct RunLoopExecutorTests {
     func checkIsolatedTraps() async {
         await #expect(processExitsWith: .failure) {
             withIdleLoop { loop in
-                let executor = try! RunLoopExecutor(loop: loop)
+                let executor = try! RunLoopSerialExecutor(loop: loop)
                 executor.checkIsolated()
             }
         }
@@ -143,9 +143,9 @@ struct RunLoopExecutorTests {
     @Test("releasing the executor takes its source off the loop, which may then finish")
     func releaseEndsTheLoop() async throws {
         let result = Locked<PortRunLoop.RunResult?>(nil)
-        let box = Locked<RunLoopExecutor?>(nil)
+        let box = Locked<RunLoopSerialExecutor?>(nil)
         let worker = TestLoopThread(setUp: { loop in
-            let executor = try RunLoopExecutor(loop: loop)
+            let executor = try RunLoopSerialExecutor(loop: loop)
             box.withLock { $0 = executor }
         }, body: { loop in
             let outcome = loop.run(mode: .default, timeout: .seconds(20))
@@ -165,14 +165,14 @@ struct RunLoopExecutorTests {
 extension RunLoopExecutorTests {
     @Test("after the loop's thread exits, new executors are refused and late jobs are reported")
     func threadExited() async throws {
-        let box = Locked<RunLoopExecutor?>(nil)
+        let box = Locked<RunLoopSerialExecutor?>(nil)
         let worker = TestLoopThread(setUp: { loop in
-            let executor = try RunLoopExecutor(loop: loop)
+            let executor = try RunLoopSerialExecutor(loop: loop)
             box.withLock { $0 = executor }
         }, body: { _ in [] }) // the thread exits without running its loop
         _ = worker.join()
         let executor = try #require(box.current)
-        #expect(throws: RunLoopError.threadExited) { try RunLoopExecutor(loop: worker.loop) }
+        #expect(throws: RunLoopError.threadExited) { try RunLoopSerialExecutor(loop: worker.loop) }
 
         // A job for a loop that will never run again cannot run anywhere: it is logged, not lost silently.
         // (The task below stays suspended for the rest of the process; that is the point.)
@@ -186,10 +186,10 @@ extension RunLoopExecutorTests {
 
 /// Spawns tasks from inside its isolation, so that their first jobs are enqueued in creation order.
 actor SpawningActor {
-    let executor: RunLoopExecutor
+    let executor: RunLoopSerialExecutor
     nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
     private(set) var order: [Int] = []
-    init(executor: RunLoopExecutor) { self.executor = executor }
+    init(executor: RunLoopSerialExecutor) { self.executor = executor }
 
     func spawn(_ count: Int) -> [Task<Void, Never>] {
         (0..<count).map { i in Task { self.order.append(i) } }
@@ -198,10 +198,10 @@ actor SpawningActor {
 
 /// Queues a block, a due timer and a second job from its first job.
 actor InterleavingActor {
-    let executor: RunLoopExecutor
+    let executor: RunLoopSerialExecutor
     let trace: Trace<String>
     nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
-    init(executor: RunLoopExecutor, trace: Trace<String>) { self.executor = executor; self.trace = trace }
+    init(executor: RunLoopSerialExecutor, trace: Trace<String>) { self.executor = executor; self.trace = trace }
 
     func first() throws -> Task<Void, Never> {
         trace.append("job 1")
@@ -217,10 +217,10 @@ actor InterleavingActor {
 
 /// Runs the loop from inside a job.
 actor NestingActor {
-    let executor: RunLoopExecutor
+    let executor: RunLoopSerialExecutor
     nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
     private(set) var log: [String] = []
-    init(executor: RunLoopExecutor) { self.executor = executor }
+    init(executor: RunLoopSerialExecutor) { self.executor = executor }
 
     func runNested() -> Task<Void, Never> {
         log.append("outer start")

@@ -1,7 +1,7 @@
 import CPortLoop
 
 /// A received message (`mach_msg_header_t`, its body and the receive trailer).
-public struct PortMessage: Sendable {
+public struct ReceivedMessage: Sendable {
     /// The sender's uninterpreted id (`msgh_id`).
     public var id: Int32
     /// The payload bytes.
@@ -20,7 +20,7 @@ public struct PortMessage: Sendable {
 }
 
 /// The header of a message received into a caller's buffer, without copying the payload into an array.
-public struct PortMessageHeader: Sendable {
+public struct ReceivedMessageHeader: Sendable {
     /// The sender's uninterpreted id (`msgh_id`).
     public var id: Int32
     /// How many payload bytes were written to the buffer.
