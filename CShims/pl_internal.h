@@ -130,6 +130,11 @@ void pl_wake_list_run(pl_wake_list_t *wakes);
 /* With the port lock held: unlink m from its set (set lock taken inside). The caller frees m. */
 void pl_port_set_unlink_locked(pl_membership_t *m);
 
+/* ---- errors ---- */
+
+/* Records that `call` failed, for pl_last_system_call; errno is left as the call set it. Returns PL_ERR_SYSTEM. */
+pl_status_t pl_system_failure(const char *call);
+
 /* ---- time ---- */
 
 static inline int64_t pl_now_ns(void) {

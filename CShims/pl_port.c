@@ -167,7 +167,39 @@ uint32_t pl_port_message_count(const pl_port_t *port) {
 
 /* ---- send ------------------------------------------------------------------------------------------ */
 
-/* Makes room for one more slot; the lock is held and count < qlimit. */
+/* Copies a payload into a slot; false when a large payload's allocation fails. */
+static bool pl_slot_fill(pl_slot_t *slot, int32_t id, const void *payload, size_t size) {
+    *slot = (pl_slot_t){ .id = id, .size = (uint32_t)size, .reply = NULL };
+    if (size > PL_INLINE_PAYLOAD) {
+        slot->payload.heap = malloc(size);
+        if (slot->payload.heap == NULL) return false;
+        memcpy(slot->payload.heap, payload, size);
+    } else if (size > 0) {
+        memcpy(slot->payload.bytes, payload, size);
+    }
+    return true;
+}
+
+/* After a message was queued, with the port lock held: unlocks, then wakes whoever must look. Only the
+ * empty → non-empty transition wakes anyone; later messages are found by the receiver that was woken, which
+ * passes the baton on if others wait. A message put back first (at_head) puts the port first in its sets. */
+static void pl_port_wake_after_enqueue_unlock(pl_port_t *port, bool at_head) {
+    bool wake_receiver = false;
+    pl_wake_list_t wakes = { .count = 0 };
+    if (port->count == 1) {
+        wake_receiver = port->waiting_receivers > 0;
+        for (pl_membership_t *m = port->memberships; m != NULL; m = m->next_of_port) {
+            pl_port_set_mark_ready_locked(m, at_head, &wakes);
+        }
+    }
+    pthread_mutex_unlock(&port->lock);
+
+    if (wake_receiver) pthread_cond_signal(&port->receivers);
+    pl_wake_list_run(&wakes);
+}
+
+/* Makes room for one more slot; the lock is held. The queue is below its limit, except when a message is put
+ * back (pl_port_requeue), which may take it over. */
 static pl_status_t pl_ring_reserve_locked(pl_port_t *port) {
     if (port->count < port->ring_capacity) return PL_OK;
     uint32_t capacity = port->ring_capacity == 0 ? 4 : port->ring_capacity * 2;
@@ -192,14 +224,8 @@ pl_status_t pl_port_send(pl_port_t *port, int32_t id, const void *payload, size_
     if (size > port->max_msg_size) return PL_ERR_TOO_LARGE;
 
     /* Copy the payload before taking the lock. */
-    pl_slot_t slot = { .id = id, .size = (uint32_t)size, .reply = NULL };
-    if (size > PL_INLINE_PAYLOAD) {
-        slot.payload.heap = malloc(size);
-        if (slot.payload.heap == NULL) return PL_ERR_NO_MEMORY;
-        memcpy(slot.payload.heap, payload, size);
-    } else if (size > 0) {
-        memcpy(slot.payload.bytes, payload, size);
-    }
+    pl_slot_t slot;
+    if (!pl_slot_fill(&slot, id, payload, size)) return PL_ERR_NO_MEMORY;
 
     pl_status_t status = PL_OK;
     pthread_mutex_lock(&port->lock);
@@ -234,20 +260,29 @@ pl_status_t pl_port_send(pl_port_t *port, int32_t id, const void *payload, size_
     port->ring[(port->head + port->count) % port->ring_capacity] = slot;
     port->count++;
 
-    /* Only the empty → non-empty transition wakes anyone; later messages are found by the receiver that
-     * was woken, which passes the baton on if others wait. */
-    bool wake_receiver = false;
-    pl_wake_list_t wakes = { .count = 0 };
-    if (port->count == 1) {
-        wake_receiver = port->waiting_receivers > 0;
-        for (pl_membership_t *m = port->memberships; m != NULL; m = m->next_of_port) {
-            pl_port_set_mark_ready_locked(m, false, &wakes);
-        }
-    }
-    pthread_mutex_unlock(&port->lock);
+    pl_port_wake_after_enqueue_unlock(port, false);
+    return PL_OK;
+}
 
-    if (wake_receiver) pthread_cond_signal(&port->receivers);
-    pl_wake_list_run(&wakes);
+pl_status_t pl_port_requeue(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply) {
+    if (port == NULL || (size > 0 && payload == NULL)) return PL_ERR_INVALID_ARG;
+    if (size > port->max_msg_size) return PL_ERR_TOO_LARGE;
+    pl_slot_t slot;
+    if (!pl_slot_fill(&slot, id, payload, size)) return PL_ERR_NO_MEMORY;
+
+    pthread_mutex_lock(&port->lock);
+    /* No limit check: the message was in the queue before, and senders wait while it is over the limit. */
+    pl_status_t status = port->dead ? PL_ERR_INVALID_NAME : pl_ring_reserve_locked(port);
+    if (status != PL_OK) {
+        pthread_mutex_unlock(&port->lock);
+        if (size > PL_INLINE_PAYLOAD) free(slot.payload.heap);
+        return status;
+    }
+    slot.reply = reply; /* the caller's right moves in */
+    port->head = (port->head + port->ring_capacity - 1) % port->ring_capacity;
+    port->ring[port->head] = slot;
+    port->count++;
+    pl_port_wake_after_enqueue_unlock(port, true);
     return PL_OK;
 }
 

@@ -1,8 +1,22 @@
 /*
  * pl_status.c — human-readable status descriptions, so that C callers and the Swift error type print
- * the same words.
+ * the same words, and the name of the system call behind a PL_ERR_SYSTEM.
  */
-#include "portloop.h"
+#include "pl_internal.h"
+
+#include <errno.h>
+
+/* Per thread, so that a failure is reported to the thread that saw it. */
+static _Thread_local const char *pl_failed_call;
+
+pl_status_t pl_system_failure(const char *call) {
+    int saved = errno;
+    pl_failed_call = call;
+    errno = saved;
+    return PL_ERR_SYSTEM;
+}
+
+const char *pl_last_system_call(void) { return pl_failed_call; }
 
 const char *pl_status_describe(pl_status_t status) {
     switch (status) {
@@ -17,6 +31,7 @@ const char *pl_status_describe(pl_status_t status) {
     case PL_ERR_INVALID_NAME: return "invalid name: the port or set was destroyed";
     case PL_ERR_NO_MEMORY: return "out of memory";
     case PL_ERR_SYSTEM: return "system call failed";
+    case PL_ERR_WOULD_DEADLOCK: return "would deadlock: the calling thread is the one that must receive the reply";
     }
     return "unknown status";
 }

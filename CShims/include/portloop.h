@@ -85,11 +85,18 @@ typedef enum pl_status {
     PL_ERR_NOT_IN_SET = 7,    /**< KERN_NOT_IN_SET: the port or descriptor is not a member */
     PL_ERR_INVALID_NAME = 8,  /**< MACH_RCV_INVALID_NAME / KERN_INVALID_NAME: used after destruction */
     PL_ERR_NO_MEMORY = 9,     /**< KERN_RESOURCE_SHORTAGE: allocation failed */
-    PL_ERR_SYSTEM = 10,       /**< an operating-system call failed; see errno */
+    PL_ERR_SYSTEM = 10,       /**< an operating-system call failed; see errno and pl_last_system_call */
+    PL_ERR_WOULD_DEADLOCK = 11,/**< (no Mach equivalent) the caller would wait for a message that only its own
+                                    thread can deliver; raised by the Swift layer's request, not by C calls */
 } pl_status_t;
 
 /** A short English description of a status, e.g. "timed out". Never NULL; static storage. */
 const char *pl_status_describe(pl_status_t status);
+
+/** The system call whose failure made the calling thread's most recent PL_ERR_SYSTEM, e.g. "epoll_create1"
+ *  (static storage), or NULL if no call of this thread failed that way. Right after a function returned
+ *  PL_ERR_SYSTEM, errno holds that call's error. */
+const char *pl_last_system_call(void);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Limits and timeouts                                                                                */
@@ -185,6 +192,18 @@ uint32_t pl_port_message_count(const pl_port_t *port);
  */
 pl_status_t pl_port_send(pl_port_t *port, int32_t id, const void *payload, size_t size,
                          pl_port_t *reply, int64_t timeout_ns);
+
+/**
+ * Puts a received message back at the head of the port's queue, ahead of every message queued now (no Mach
+ * equivalent). For a receiver that took more than it can handle: a run loop whose source left the mode, or
+ * whose run was stopped, while messages it had taken were still unhandled. The queue may exceed its limit
+ * until the receiver catches up; senders wait meanwhile, as for a full queue. The payload is copied and the
+ * reply right, if any, moves into the message. To put several messages back in their order, return the last
+ * one first. A receiver blocked on the port, or a set holding it, is woken as for a send.
+ * PL_ERR_INVALID_NAME if the port was destroyed meanwhile: nothing is queued and the caller keeps the reply
+ * right (a destroyed port's messages are destroyed, so the caller releases it).
+ */
+pl_status_t pl_port_requeue(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply);
 
 /** What a receive returned. */
 typedef enum pl_received_kind {
