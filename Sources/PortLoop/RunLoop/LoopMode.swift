@@ -28,11 +28,25 @@ final class LoopMode {
     @exclusivity(unchecked) var timers = TimerHeap()
     /// Whether libdispatch's main-queue eventfd is in the port set (main loop only, main thread only).
     var holdsMainQueue = false
+    /// How many runs of the loop are in this mode now (nested runs included).
+    var activeRuns = 0
+    /// Port sources removed from the mode while a run was in it, kept until no message taken by such a run can
+    /// still be in the loop thread's hands: a message received just before its source left goes back to the
+    /// source's port (``PortRunLoop`` handles each message exactly once), and this keeps that port alive
+    /// until then. Emptied when the outermost run in the mode sleeps again, or ends.
+    var departedSources1: [PortName: RunLoopPortSource] = [:]
 
     init(name: PortRunLoop.Mode, wakeUpPort: borrowing PortReceiveRight) throws(PortError) {
         self.name = name
         portSet = try PortSet()
         try portSet.insert(wakeUpPort)
+    }
+
+    /// Empties ``departedSources1``, returning what it held for the caller to release outside the loop's lock.
+    func takeDepartedSources() -> [PortName: RunLoopPortSource] {
+        guard !departedSources1.isEmpty else { return [:] }
+        defer { departedSources1 = [:] }
+        return departedSources1
     }
 
     /// True when nothing in the mode can make a run do anything: no Source0, Source1 (port or descriptor) or

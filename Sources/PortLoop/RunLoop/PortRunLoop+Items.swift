@@ -190,6 +190,7 @@ extension PortRunLoop {
         case let .portSource(source):
             guard state.sources1.removeValue(forKey: source.portName) != nil else { return false }
             try? state.portSet.remove(source.port)
+            if state.activeRuns > 0 { state.departedSources1[source.portName] = source }
         case let .descriptorSource(source):
             guard state.descriptorSources[source.fileDescriptor] === source else { return false }
             state.descriptorSources[source.fileDescriptor] = nil

@@ -41,6 +41,7 @@ extension PortRunLoop {
         let previousMode = currentMode
         currentMode = state
         runDepth += 1
+        state.activeRuns += 1
         lock.unlock()
 
         let heldMainQueue = setMainQueueMember(state, servicesMainQueue(mode))
@@ -49,10 +50,13 @@ extension PortRunLoop {
         doObservers(state, .exit)
         setMainQueueMember(state, heldMainQueue)
 
-        lock.withLock {
+        let departed = lock.withLock { () -> [PortName: RunLoopPortSource] in
             currentMode = previousMode
             runDepth -= 1
+            state.activeRuns -= 1
+            return state.activeRuns == 0 ? state.takeDepartedSources() : [:]
         }
+        withExtendedLifetime(departed) {} // released outside the lock: a handler's captures may call into the loop
         return result
     }
 
@@ -112,10 +116,14 @@ extension PortRunLoop {
     /// With `pollIfEmpty`, a mode found empty in the same lock hold is polled instead.
     private func sleep(in state: LoopMode, poll: Bool, pollIfEmpty: Bool, deadline: Int64,
                        header: inout pl_received_t) -> pl_status_t {
-        let (timerWake, empty) = lock.withLock { () -> (Int64?, Bool) in
+        let (timerWake, empty, departed) = lock.withLock { () -> (Int64?, Bool, [PortName: RunLoopPortSource]) in
             sleepingMode = state
-            return (state.timers.wakeDeadline(), pollIfEmpty && isEmptyLocked(state))
+            // Every message this run took has been dealt with; unless an outer run in the mode still holds some,
+            // the sources that left meanwhile need no keeping.
+            let departed = state.activeRuns == 1 ? state.takeDepartedSources() : [:]
+            return (state.timers.wakeDeadline(), pollIfEmpty && isEmptyLocked(state), departed)
         }
+        withExtendedLifetime(departed) {}
         let poll = poll || empty
         var timeout: Int64 = 0
         var status = PL_ERR_TIMED_OUT
@@ -159,7 +167,7 @@ extension PortRunLoop {
     }
 
     /// One receive into the loop's buffer, growing it for a larger message (which stays queued meanwhile).
-    private func receive(on state: LoopMode, header: inout pl_received_t, timeout: Int64) -> pl_status_t {
+    func receive(on state: LoopMode, header: inout pl_received_t, timeout: Int64) -> pl_status_t {
         var status = pl_port_set_receive(state.portSet.set, &header, receiveBuffer.baseAddress,
                                          receiveBuffer.count, timeout)
         while status == PL_ERR_TOO_LARGE {
@@ -170,83 +178,6 @@ extension PortRunLoop {
                                          receiveBuffer.count, 0)
         }
         return status
-    }
-
-    // MARK: - Handling
-
-    /// Performs the Source1 of the first message and, when batching, of up to `messageBatch - 1` more
-    /// already queued. Returns whether any source was performed.
-    ///
-    /// The others come in batches from one port at a time (`pl_port_set_receive_batch`: one lock round for many
-    /// messages), into a batch buffer this call owns while its callouts run: a callout that runs a nested loop
-    /// must not overwrite the payloads still to be handled, so a nested call finds the spare taken and makes
-    /// its own. What a batch cannot take (a descriptor, a large message) comes through a single receive.
-    private func handleMessages(_ state: LoopMode, first: pl_received_t, batch: Bool) -> Bool {
-        var handled = handleMessage(state, first, payload: receiveBuffer.baseAddress)
-        guard batch else { return handled }
-        let messages = spareMessageBatch ?? MessageBatch()
-        spareMessageBatch = nil
-        defer { spareMessageBatch = messages }
-        var remaining = Self.messageBatch - 1
-        var header = pl_received_t()
-        while remaining > 0 {
-            var count: UInt32 = 0
-            _ = pl_port_set_receive_batch(state.portSet.set, messages.headers.baseAddress,
-                                          UInt32(min(remaining, messages.headers.count)),
-                                          messages.payloads.baseAddress, messages.payloads.count, &count)
-            if count == 0 {
-                guard receive(on: state, header: &header, timeout: 0) == PL_OK else { break }
-                handled = handleMessage(state, header, payload: receiveBuffer.baseAddress) || handled
-                remaining -= 1
-                continue
-            }
-            for index in 0..<Int(count) {
-                let received = messages.headers[index]
-                handled = handleMessage(state, received, payload: messages.payloads.baseAddress! + Int(received.offset))
-                    || handled
-            }
-            remaining -= Int(count)
-        }
-        return handled
-    }
-
-    /// Dispatches one received message: the wake-up port's is consumed and nothing else; a Source1's is
-    /// performed and its reply sent. A readable descriptor is the main queue's or a descriptor source's.
-    private func handleMessage(_ state: LoopMode, _ header: pl_received_t, payload: UnsafeRawPointer?) -> Bool {
-        guard header.kind == PL_RECEIVED_MESSAGE else {
-            guard header.kind == PL_RECEIVED_FD else { return false }
-            if header.fd == mainQueueHandle && state.holdsMainQueue {
-                return serviceMainQueue(fileDescriptor: header.fd)
-            }
-            return performDescriptorSource(state, fileDescriptor: header.fd)
-        }
-        let arrival = PortName(rawValue: header.arrival_name)
-        if arrival == wakeUpPortName { return false } // consumed; `doBlocks` clears `wakeUpQueued`
-        let payload = header.size == 0 ? [] :
-            Array(UnsafeRawBufferPointer(start: payload, count: Int(header.size)))
-        let message = ReceivedMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(), arrivalPort: arrival)
-        // The source may have left the mode between receive and now (CF drops such a message too).
-        guard let source = lock.withLock({ state.sources1[arrival] }), source.isValid else { return false }
-        if let reply = __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(source, message),
-           let replyPort = message.replyPort {
-            // Never block the loop on a requester that does not read its replies.
-            do throws(PortError) {
-                try replyPort.send(id: reply.id, bytes: reply.bytes, timeout: .poll)
-            } catch {
-                logError("reply to \(replyPort.name) dropped: \(error)")
-            }
-        }
-        return true
-    }
-
-    /// Calls the handler of the mode's source for a readable descriptor; false if no valid source watches it
-    /// any more (it left the mode between the receive and now).
-    private func performDescriptorSource(_ state: LoopMode, fileDescriptor: Int32) -> Bool {
-        guard let source = lock.withLock({ state.descriptorSources[fileDescriptor] }), source.isValid else {
-            return false
-        }
-        __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(source)
-        return true
     }
 
     /// Fires the mode's timers that are due, in fire-date order (`__CFRunLoopDoTimers`): those due and

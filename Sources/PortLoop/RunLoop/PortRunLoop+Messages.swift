@@ -1,0 +1,169 @@
+import CPortLoop
+
+// Handling what woke the loop: Source1 messages, readable descriptors, the main queue.
+//
+// Every message the loop takes from a port is handled exactly once: performed by its source, or put back at the
+// head of its port (`pl_port_requeue`) when its source can no longer take it here — the source left the mode or
+// was invalidated after the message was taken, or the run was stopped while a batch was still in hand. Put back,
+// the message waits for whoever receives on that port next (the source in another mode, a later run), in its
+// order. Only the destruction of the port itself destroys messages, as in Mach.
+
+extension PortRunLoop {
+    /// What to do with a message that arrived on a port of the mode.
+    private enum Disposition {
+        /// Perform this source with it.
+        case perform(RunLoopPortSource)
+        /// Put it back in this source's port: the source left the mode, or the run is stopping.
+        case putBack(RunLoopPortSource)
+        /// The wake-up port's message: consumed, nothing else to do.
+        case wakeUp
+        /// A port no source of the mode ever held: cannot happen; logged and dropped.
+        case unknown
+    }
+
+    /// Performs the Source1 of the first message and, when batching, of up to `messageBatch - 1` more
+    /// already queued. Returns whether any source was performed.
+    ///
+    /// The others come in batches from one port at a time (`pl_port_set_receive_batch`: one lock round for many
+    /// messages), into a batch buffer this call owns while its callouts run: a callout that runs a nested loop
+    /// must not overwrite the payloads still to be handled, so a nested call finds the spare taken and makes
+    /// its own. What a batch cannot take (a descriptor, a large message) comes through a single receive.
+    ///
+    /// When a message has to be put back, so is the rest of its batch (the same port's next messages, last
+    /// first so that they keep their order), and the pass ends its batching there.
+    func handleMessages(_ state: LoopMode, first: pl_received_t, batch: Bool) -> Bool {
+        var handled: Bool
+        switch handle(state, first, payload: receiveBuffer.baseAddress, following: false) {
+        case let .done(performed): handled = performed
+        case let .putBack(source):
+            putBack(first, payload: receiveBuffer.baseAddress, to: source)
+            return false
+        }
+        guard batch else { return handled }
+        let messages = spareMessageBatch ?? MessageBatch()
+        spareMessageBatch = nil
+        defer { spareMessageBatch = messages }
+        var remaining = Self.messageBatch - 1
+        var header = pl_received_t()
+        while remaining > 0 {
+            var count: UInt32 = 0
+            _ = pl_port_set_receive_batch(state.portSet.set, messages.headers.baseAddress,
+                                          UInt32(min(remaining, messages.headers.count)),
+                                          messages.payloads.baseAddress, messages.payloads.count, &count)
+            if count == 0 {
+                guard receive(on: state, header: &header, timeout: 0) == PL_OK else { break }
+                switch handle(state, header, payload: receiveBuffer.baseAddress, following: true) {
+                case let .done(performed): handled = performed || handled
+                case let .putBack(source):
+                    putBack(header, payload: receiveBuffer.baseAddress, to: source)
+                    return handled
+                }
+                remaining -= 1
+                continue
+            }
+            let base = messages.payloads.baseAddress!
+            for index in 0..<Int(count) {
+                let received = messages.headers[index]
+                switch handle(state, received, payload: base + Int(received.offset), following: true) {
+                case let .done(performed):
+                    handled = performed || handled
+                case let .putBack(source):
+                    // The batch's later messages came from the same port, after this one: they go back first.
+                    for later in (index..<Int(count)).reversed() {
+                        let message = messages.headers[later]
+                        putBack(message, payload: base + Int(message.offset), to: source)
+                    }
+                    return handled
+                }
+            }
+            remaining -= Int(count)
+        }
+        return handled
+    }
+
+    /// What became of one received message.
+    private enum Outcome {
+        /// Dealt with; whether a source was performed.
+        case done(Bool)
+        /// Not taken by this run: the caller puts it back in this source's port (and takes no more).
+        case putBack(RunLoopPortSource)
+    }
+
+    /// Handles one received message or readable descriptor, unless the message must go back to its port.
+    /// `following`: the message was taken after the first of the pass, so a stop requested meanwhile puts it
+    /// back (a CF pass takes one message).
+    private func handle(_ state: LoopMode, _ header: pl_received_t, payload: UnsafeRawPointer?,
+                        following: Bool) -> Outcome {
+        guard header.kind == PL_RECEIVED_MESSAGE else {
+            guard header.kind == PL_RECEIVED_FD else { return .done(false) }
+            if header.fd == mainQueueHandle && state.holdsMainQueue {
+                return .done(serviceMainQueue(fileDescriptor: header.fd))
+            }
+            return .done(performDescriptorSource(state, fileDescriptor: header.fd))
+        }
+        let source: RunLoopPortSource
+        switch disposition(of: header, in: state, following: following) {
+        case .wakeUp:
+            return .done(false) // `doBlocks` clears `wakeUpQueued`
+        case .unknown:
+            if let reply = header.reply { pl_port_release_send(reply) }
+            return .done(false)
+        case let .putBack(departed):
+            return .putBack(departed)
+        case let .perform(found):
+            source = found
+        }
+        let arrival = PortName(rawValue: header.arrival_name)
+        let payload = header.size == 0 ? [] : Array(UnsafeRawBufferPointer(start: payload, count: Int(header.size)))
+        let message = ReceivedMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(),
+                                      arrivalPort: arrival)
+        if let reply = __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(source, message),
+           let replyPort = message.replyPort {
+            // Never block the loop on a requester that does not read its replies.
+            do throws(PortError) {
+                try replyPort.send(id: reply.id, bytes: reply.bytes, timeout: .poll)
+            } catch {
+                logError("reply to \(replyPort.name) dropped: \(error)")
+            }
+        }
+        return .done(true)
+    }
+
+    /// Decides a message's fate in one lock hold.
+    private func disposition(of header: pl_received_t, in state: LoopMode, following: Bool) -> Disposition {
+        let arrival = PortName(rawValue: header.arrival_name)
+        if arrival == wakeUpPortName { return .wakeUp }
+        let (present, departed, stopping) = lock.withLock {
+            (state.sources1[arrival], state.departedSources1[arrival], stopRequested)
+        }
+        if let source = present {
+            // Invalidated but not yet out of the mode: its remover is about to take it out.
+            return source.isValid && !(following && stopping) ? .perform(source) : .putBack(source)
+        }
+        // A source leaves the mode's set and `sources1` in one hold of the loop's lock, and a run in the mode
+        // keeps it in `departedSources1` until every message it may have taken has been dealt with.
+        if let departed { return .putBack(departed) }
+        assertionFailure("a message arrived on \(arrival), which no source of mode \(state.name) held")
+        logError("message \(header.id) on \(arrival) dropped: no source of mode \(state.name) held that port")
+        return .unknown
+    }
+
+    /// Puts a taken message back at the head of its source's port. If the port was destroyed meanwhile, the
+    /// message goes the way of the port's other queued messages: its reply right is released.
+    private func putBack(_ header: pl_received_t, payload: UnsafeRawPointer?, to source: RunLoopPortSource) {
+        let status = pl_port_requeue(source.port.port, header.id, payload, Int(header.size), header.reply)
+        if status != PL_OK, let reply = header.reply {
+            pl_port_release_send(reply)
+        }
+    }
+
+    /// Calls the handler of the mode's source for a readable descriptor; false if no valid source watches it
+    /// any more (it left the mode between the receive and now).
+    private func performDescriptorSource(_ state: LoopMode, fileDescriptor: Int32) -> Bool {
+        guard let source = lock.withLock({ state.descriptorSources[fileDescriptor] }), source.isValid else {
+            return false
+        }
+        __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(source)
+        return true
+    }
+}

@@ -1,0 +1,163 @@
+import PortLoop
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Every message a loop takes from a port source's port is handled exactly once, in order: a source that leaves
+/// its mode (removed, invalidated, moved to another mode) or a run that stops while a batch is in hand puts the
+/// messages it has not handled back at the head of the port.
+@Suite("Run loop port sources: exactly once", .timeLimit(.minutes(2)))
+struct RunLoopPortSourceExactlyOnceTests {
+    /// Sends consecutive ids until told to stop or until a send times out; returns how many were sent.
+    final class Sender: @unchecked Sendable {
+        let sent = Locked(Int32(0))
+        let stop = Locked(false)
+        let thread: TestThread
+
+        init(_ right: PortSendRight, timeout: PortTimeout = .after(.milliseconds(50)), limit: Int32 = .max) {
+            let sent = self.sent, stop = self.stop
+            thread = TestThread {
+                var next: Int32 = 0
+                while !stop.current && next < limit {
+                    do { try right.send(id: next, timeout: timeout) } catch { break }
+                    next += 1
+                    sent.withLock { $0 = next }
+                }
+            }
+        }
+
+        func finish() -> Int32 {
+            stop.withLock { $0 = true }
+            thread.join()
+            return sent.current
+        }
+    }
+
+    @Test("a handler that invalidates its own source in the middle of a batch leaves the rest queued")
+    func invalidateInsideBatch() throws {
+        for _ in 0..<5 {
+            let handled = Locked([Int32]())
+            let holder = Locked<RunLoopPortSource?>(nil)
+            let source = try RunLoopPortSource(queueLimit: 1024) { message in
+                handled.withLock { $0.append(message.id) }
+                if message.id == 999 { holder.current?.invalidate() }
+                return nil
+            }
+            holder.withLock { $0 = source }
+            let sender = Sender(source.makeSendRight())
+            let worker = TestLoopThread(setUp: { loop in try loop.add(source, mode: .default) },
+                                        body: { loop in [loop.run(mode: .default, timeout: .seconds(30))] })
+            // The invalidated source leaves the mode empty: the run finishes. The sender then fills the queue and
+            // times out.
+            #expect(worker.join() == [.finished])
+            let sent = sender.finish()
+            let ids = handled.current
+            #expect(ids == Array(0..<Int32(ids.count)), "handled in order, none twice")
+            #expect(ids.count == 1000, "nothing handled after the invalidation")
+            #expect(Int(sent) - ids.count == source.queuedMessageCount,
+                    "every message sent is either handled or still queued")
+            holder.withLock { $0 = nil }
+        }
+    }
+
+    @Test("removing and re-adding a source from another thread under traffic loses and repeats nothing")
+    func removeAndReAddUnderTraffic() throws {
+        let total: Int32 = 20_000
+        let handled = Locked([Int32]())
+        let source = try RunLoopPortSource(queueLimit: 256) { message in
+            handled.withLock { $0.append(message.id) }
+            if message.id == total - 1 { PortRunLoop.current.stop() }
+            return nil
+        }
+        let keepAlive = try RunLoopPortSource(queueLimit: 1, maxMessageSize: 1) { _ in nil }
+        let worker = TestLoopThread(setUp: { loop in
+            try loop.add(keepAlive, mode: .default)
+            try loop.add(source, mode: .default)
+        }, body: { loop in [loop.run(mode: .default, timeout: .seconds(60))] })
+        let sender = Sender(source.makeSendRight(), timeout: .forever, limit: total)
+        var toggles = 0
+        let giveUp = nowNanoseconds() + 30_000_000_000
+        while handled.withLock({ $0.count }) < Int(total) && nowNanoseconds() < giveUp {
+            worker.loop.remove(source, mode: .default)
+            try worker.loop.add(source, mode: .default)
+            toggles += 1
+            if toggles % 4 == 0 { sched_yield() } // let the loop take batches between removals
+        }
+        #expect(worker.join() == [.stopped])
+        #expect(sender.finish() == total)
+        #expect(handled.current == Array(0..<total), "every message once, in order (\(toggles) removals)")
+    }
+
+    @Test("a handler that moves its source to another mode: the rest of the batch is handled there, in order")
+    func moveToAnotherMode() throws {
+        let handled = Trace<(Int32, String)>()
+        let holder = Locked<RunLoopPortSource?>(nil)
+        let source = try RunLoopPortSource(queueLimit: 512) { message in
+            let loop = PortRunLoop.current
+            handled.append((message.id, loop.currentModeName!.rawValue))
+            if message.id == 100, let me = holder.current {
+                loop.remove(me, mode: .default)
+                try? loop.add(me, mode: "other")
+                loop.stop()
+            }
+            if message.id == 299 { loop.stop() }
+            return nil
+        }
+        holder.withLock { $0 = source }
+        defer { holder.withLock { $0 = nil } }
+        let sender = source.makeSendRight()
+        for id in Int32(0)..<300 { try sender.send(id: id, timeout: .poll) }
+        let worker = TestLoopThread(setUp: { loop in try loop.add(source, mode: .default) }, body: { loop in
+            [loop.run(mode: .default, timeout: .seconds(10)), loop.run(mode: "other", timeout: .seconds(10))]
+        })
+        #expect(worker.join() == [.stopped, .stopped])
+        let all = handled.all
+        #expect(all.map(\.0) == Array(0..<300))
+        #expect(all.prefix(101).allSatisfy { $0.1 == PortRunLoop.Mode.default.rawValue })
+        #expect(all.dropFirst(101).allSatisfy { $0.1 == "other" })
+    }
+
+    @Test("a stop in the middle of a batch leaves the rest queued for the next run")
+    func stopInsideBatch() throws {
+        let handled = Locked([Int32]())
+        let source = try RunLoopPortSource(queueLimit: 512) { message in
+            handled.withLock { $0.append(message.id) }
+            if message.id == 10 { PortRunLoop.current.stop() }
+            return nil
+        }
+        let sender = source.makeSendRight()
+        for id in Int32(0)..<200 { try sender.send(id: id, timeout: .poll) }
+        let queuedAfterStop = Locked(0)
+        let worker = TestLoopThread(setUp: { loop in try loop.add(source, mode: .default) }, body: { loop in
+            let first = loop.run(mode: .default, timeout: .seconds(10))
+            queuedAfterStop.withLock { $0 = source.queuedMessageCount }
+            return [first, loop.run(mode: .default, timeout: .milliseconds(200))]
+        })
+        #expect(worker.join() == [.stopped, .timedOut])
+        #expect(queuedAfterStop.current == 189, "messages 11…199 wait in the port")
+        #expect(handled.current == Array(0..<200))
+    }
+
+    @Test("a message taken with its reply port and put back keeps the reply port")
+    func putBackKeepsReplyPort() throws {
+        let holder = Locked<RunLoopPortSource?>(nil)
+        let first = try RunLoopPortSource(queueLimit: 64) { message in
+            // Message 0 wakes the loop; 1…4 come in the same pass's batch, and 3 and 4 are still in hand.
+            if message.id == 2 { holder.current?.invalidate() }
+            return PortReply(id: message.id + 1000)
+        }
+        holder.withLock { $0 = first }
+        let sender = first.makeSendRight()
+        let replies = try PortReceiveRight(queueLimit: 16)
+        for id in Int32(0)..<5 { try sender.send(id: id, replyPort: replies.makeSendRight(), timeout: .poll) }
+        let worker = TestLoopThread(setUp: { loop in try loop.add(first, mode: .default) },
+                                    body: { loop in [loop.run(mode: .default, timeout: .seconds(10))] })
+        #expect(worker.join() == [.finished])
+        for id in Int32(1000)...1002 { #expect(try replies.receive(timeout: .poll).id == id) }
+        #expect(first.queuedMessageCount == 2)
+        // The two put back still carry their reply rights, and no other right is left.
+        #expect(replies.sendRightCount == 2)
+        holder.withLock { $0 = nil }
+    }
+}
