@@ -83,6 +83,48 @@ struct RequestReplyTests {
         }
     }
 
+    @Test("a reply larger than maxReplySize fails the request at once with the reply's size")
+    func replyTooLarge() throws {
+        let server = try RunLoopThread(name: "big replies")
+        defer { server.stop() }
+        let source = try RunLoopPortSource { message in
+            PortReply(id: message.id, bytes: [UInt8](repeating: 7, count: Int(message.id)))
+        }
+        try server.loop.add(source, mode: .default)
+        let destination = source.makeSendRight()
+        var error: PortError?
+        let elapsed = elapsedMilliseconds {
+            do throws(PortError) {
+                _ = try destination.request(id: 5000, timeout: .seconds(3), maxReplySize: 4096)
+            } catch let caught { error = caught }
+        }
+        #expect(error == .tooLarge(size: 5000, limit: 4096))
+        #expect(elapsed < 2500, "at once, not after the timeout")
+        // A reply that fits still comes back whole afterwards.
+        #expect(try destination.request(id: 4096, timeout: .seconds(10), maxReplySize: 4096).payload.count == 4096)
+        #expect(server.loop.errorsLogged.load(ordering: .relaxed) == 0, "the server's reply was not refused")
+    }
+
+    @Test("a request on the loop thread that serves the destination throws instead of deadlocking")
+    func requestOnServingThread() throws {
+        let server = try RunLoopThread(name: "self-request")
+        defer { server.stop() }
+        let source = try RunLoopPortSource { _ in PortReply(id: 1) }
+        try server.loop.add(source, mode: "other")
+        let destination = source.makeSendRight()
+        let outcome = try server.executeAndWait { () -> PortError? in
+            do throws(PortError) {
+                _ = try destination.request(timeout: .seconds(5))
+                return nil
+            } catch { return error }
+        }
+        #expect(outcome == .calledOnLoopThread)
+        #expect(source.queuedMessageCount == 0, "nothing was sent")
+        // Another thread's request is served as usual once the loop runs that mode.
+        try server.execute { _ = PortRunLoop.current.run(mode: "other", timeout: .seconds(5), returnAfterSourceHandled: true) }
+        #expect(try destination.request(timeout: .seconds(10)).id == 1)
+    }
+
     @Test("bad input: dead destination, negative timeout, bad reply size, no reply within a poll")
     func badInput() throws {
         let port = try PortReceiveRight()

@@ -14,3 +14,6 @@ func monotonicNanoseconds() -> Int64 {
 
 /// The calling thread's `errno`.
 func currentErrno() -> Int32 { errno }
+
+/// The C library's text for an `errno` value (`strerror`), e.g. "Too many open files".
+func errnoDescription(_ code: Int32) -> String { String(cString: strerror(code)) }

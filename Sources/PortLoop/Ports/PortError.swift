@@ -24,8 +24,14 @@ public enum PortError: Error, Hashable, Sendable {
     case invalidName
     /// Memory ran out (`KERN_RESOURCE_SHORTAGE`).
     case outOfMemory
-    /// An operating-system call failed.
-    case systemCallFailed(errno: Int32)
+    /// An operating-system call failed: which one, and its `errno`. Resources running out end here: descriptors
+    /// (`EMFILE`, `ENFILE`) for a ``PortSet`` (each holds three), threads (`EAGAIN` from `pthread_create`). Nothing
+    /// was created and nothing leaked; the same call works again once the resource is back.
+    case systemCallFailed(call: String, errno: Int32)
+    /// The call would wait for a message that only the calling thread can deliver: a
+    /// ``PortSendRight/request(id:bytes:timeout:maxReplySize:)`` made on the thread whose run loop serves the
+    /// destination port. Nothing was sent. (The counterpart of ``RunLoopThreadError/calledOnLoopThread``.)
+    case calledOnLoopThread
 
     /// The C layer's status code for this error (`pl_status_t`).
     public var code: Code {
@@ -40,6 +46,7 @@ public enum PortError: Error, Hashable, Sendable {
         case .invalidName: return .invalidName
         case .outOfMemory: return .outOfMemory
         case .systemCallFailed: return .systemCallFailed
+        case .calledOnLoopThread: return .wouldDeadlock
         }
     }
 
@@ -69,6 +76,8 @@ public enum PortError: Error, Hashable, Sendable {
         public static let outOfMemory = Code(PL_ERR_NO_MEMORY)
         /// `PL_ERR_SYSTEM`
         public static let systemCallFailed = Code(PL_ERR_SYSTEM)
+        /// `PL_ERR_WOULD_DEADLOCK`
+        public static let wouldDeadlock = Code(PL_ERR_WOULD_DEADLOCK)
 
         /// The C layer's description (`pl_status_describe`).
         public var description: String { String(cString: pl_status_describe(pl_status_t(rawValue: rawValue))) }
@@ -82,8 +91,8 @@ extension PortError: CustomStringConvertible {
             return "\(code.description): \(size) bytes, limit \(limit)"
         case let .invalidArgument(argument, reason):
             return "\(code.description): \(argument): \(reason)"
-        case let .systemCallFailed(errno):
-            return "\(code.description): errno \(errno)"
+        case let .systemCallFailed(call, errno):
+            return "\(call) failed: \(errnoDescription(errno)) (errno \(errno))"
         default:
             return code.description
         }
@@ -104,7 +113,11 @@ extension PortError {
         case PL_ERR_NOT_IN_SET: return .notInSet
         case PL_ERR_INVALID_NAME: return .invalidName
         case PL_ERR_NO_MEMORY: return .outOfMemory
-        case PL_ERR_SYSTEM: return .systemCallFailed(errno: currentErrno())
+        case PL_ERR_SYSTEM:
+            let errno = currentErrno() // before anything else can change it
+            let call = pl_last_system_call().map { String(cString: $0) } ?? operation
+            return .systemCallFailed(call: call, errno: errno)
+        case PL_ERR_WOULD_DEADLOCK: return .calledOnLoopThread
         default: return .invalidArgument(argument: operation, reason: "rejected by the port layer")
         }
     }

@@ -35,6 +35,11 @@ enum LoopRegistry {
         return loop
     }
 
+    /// The calling thread's loop if it has one; never creates it.
+    static func currentIfExists() -> PortRunLoop? {
+        pthread_getspecific(key).map { Unmanaged<PortRunLoop>.fromOpaque($0).takeUnretainedValue() }
+    }
+
     /// The main thread's loop, from any thread.
     static func main() -> PortRunLoop { loop(forThread: mainThreadID()) }
 

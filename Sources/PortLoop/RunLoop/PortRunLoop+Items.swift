@@ -77,6 +77,12 @@ extension PortRunLoop {
     /// Whether the mode holds the observer (`CFRunLoopContainsObserver`).
     public func contains(_ observer: RunLoopObserver, mode: Mode) -> Bool { contains(.observer(observer), mode: mode) }
 
+    /// Whether a port source of any mode receives on the port: the loop's thread is then the one that must
+    /// run for the port's messages to be handled.
+    func servesPort(_ name: PortName) -> Bool {
+        lock.withLock { modes.values.contains { $0.sources1[name] != nil } }
+    }
+
     /// The earliest fire date among the mode's timers, or nil (`CFRunLoopGetNextTimerFireDate`).
     public func nextTimerFireDate(in mode: Mode) -> ContinuousClock.Instant? {
         let next = lock.withLock { modes[mode]?.timers.firstFireDate }

@@ -84,7 +84,6 @@ public final class PortRunLoop: @unchecked Sendable {
     var mainQueueServicedLastPass = false
     var mainQueueSkipThisPass = false
 
-    static let logger = Logger(label: "PortLoop.PortRunLoop")
     /// Errors logged so far; lets tests check that misuse is reported exactly once.
     static let loggedErrors = Atomic<Int>(0)
 
@@ -111,9 +110,10 @@ public final class PortRunLoop: @unchecked Sendable {
     /// Whether the calling thread is this loop's thread.
     public var isCurrent: Bool { currentThreadID() == threadID }
 
+    /// Logs an error through ``PortLoopLogging/logger``.
     static func logError(_ message: Logger.Message) {
         loggedErrors.add(1, ordering: .relaxed)
-        logger.error(message)
+        PortLoopLogging.logger.error(message)
     }
 
     /// Errors this loop logged about its own use; lets tests count without other tests' logs interfering.

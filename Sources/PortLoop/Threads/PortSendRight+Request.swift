@@ -15,15 +15,22 @@ extension PortSendRight {
     /// a port here costs one allocation and no descriptor, so the fresh port is both simpler and safe by
     /// construction.
     ///
+    /// The reply port takes a reply of any size up to ``PortReceiveRight/maxMessageSizeLimit``, so that a reply
+    /// larger than `maxReplySize` reaches it and fails this call at once with the size it has, where the
+    /// replier's send would otherwise fail and leave this call waiting out its timeout. (Mach's
+    /// `MACH_RCV_LARGE`: the receiver learns the size; the message is destroyed with the reply port.)
+    ///
     /// - Parameters:
     ///   - id: the request's id (`msgh_id`).
     ///   - bytes: the request's payload.
     ///   - timeout: how long the whole exchange may take: waiting for room to send, then for the reply.
-    ///   - maxReplySize: the largest reply payload accepted; a larger reply fails the replier's send with
-    ///     ``PortError/tooLarge(size:limit:)``.
+    ///   - maxReplySize: the largest reply payload accepted.
     /// - Returns: the reply; its ``ReceivedMessage/arrivalPort`` is the request's reply port.
     /// - Throws: ``PortError/timedOut`` (no room, or no reply in time), ``PortError/invalidDestination``
-    ///   (the destination is destroyed), ``PortError/tooLarge(size:limit:)`` (request too large),
+    ///   (the destination is destroyed), ``PortError/tooLarge(size:limit:)`` (the request is larger than the
+    ///   destination takes, or the reply larger than `maxReplySize`: then with the reply's size, as soon as it
+    ///   arrives), ``PortError/calledOnLoopThread`` (called on the thread whose run loop serves the destination
+    ///   with a ``RunLoopPortSource``: the reply could only come after this call returned; nothing is sent),
     ///   ``PortError/invalidArgument(argument:reason:)`` (bad timeout or size).
     public func request(id: Int32 = 0, bytes: [UInt8] = [], timeout: PortTimeout = .forever,
                         maxReplySize: Int = PortReceiveRight.defaultMaxMessageSize) throws(PortError) -> ReceivedMessage {
@@ -32,10 +39,11 @@ extension PortSendRight {
                                    reason: "\(maxReplySize) is outside 1…\(PortReceiveRight.maxMessageSizeLimit)")
         }
         let total = try timeout.nanoseconds()
+        if let loop = LoopRegistry.currentIfExists(), loop.servesPort(name) { throw .calledOnLoopThread }
         let deadline = total > 0 ? monotonicNanoseconds().addingClamped(total) : 0
         // One reply is expected: a queue of one holds it, and a second reply from a confused replier fails
         // at its end instead of waiting here.
-        let replies = try PortReceiveRight(queueLimit: 1, maxMessageSize: maxReplySize)
+        let replies = try PortReceiveRight(queueLimit: 1, maxMessageSize: PortReceiveRight.maxMessageSizeLimit)
         try send(id: id, bytes: bytes, replyPort: replies.makeSendRight(), timeout: timeout)
 
         let remaining: PortTimeout

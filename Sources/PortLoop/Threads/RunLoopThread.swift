@@ -49,7 +49,7 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
         }, Unmanaged.passRetained(body).toOpaque())
         guard rc == 0 else {
             Unmanaged.passUnretained(body).release() // the thread never took it
-            throw .systemCallFailed(errno: rc)
+            throw .systemCallFailed(call: "pthread_create", errno: rc)
         }
         core.setHandle(handle)
         // The body reports on every path and nothing abandons this completion, so wait() never gives nil.
