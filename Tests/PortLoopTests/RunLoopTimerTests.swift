@@ -150,6 +150,21 @@ struct RunLoopTimerTests {
         #expect(firstOutOfOrder == nil, "out of order at \(firstOutOfOrder ?? -1): \(fired[max(0, (firstOutOfOrder ?? 0) - 3)..<min(count, (firstOutOfOrder ?? 0) + 4)])")
         #expect(Set(fired).count == count, "each timer fired once")
     }
+
+    @Test("order does not change firing order: timers due together fire in the order they were added, as in CF")
+    func orderIsIgnored() throws {
+        let fired = Trace<Int>()
+        let worker = TestLoopThread(setUp: { loop in
+            let date = ContinuousClock.now + .milliseconds(20)
+            for order in [3, 1, 2, -5] {
+                let timer = RunLoopTimer(fireAt: date, order: order) { fired.append($0.order) }
+                #expect(timer.order == order)
+                try loop.add(timer, mode: .default)
+            }
+        }, body: { loop in [loop.run(mode: .default, timeout: .seconds(5))] })
+        #expect(worker.join() == [.finished])
+        #expect(fired.all == [3, 1, 2, -5])
+    }
 }
 
 /// Monotonic nanoseconds of an instant, for comparing against `nowNanoseconds()`.

@@ -4,18 +4,31 @@ import Testing
 /// Bad input to cross-thread performs and loop threads: typed errors, nothing run, nothing lost.
 @Suite("Cross-thread bad input")
 struct ThreadsBadInputTests {
-    @Test("a negative delay or no modes is refused with invalidArgument, and nothing is scheduled")
-    func badDelayAndModes() throws {
+    @Test("an empty list of modes is refused with invalidArgument everywhere, and nothing is scheduled")
+    func emptyModes() throws {
+        let noModes = RunLoopError.invalidArgument(argument: "modes", reason: "empty: work in no mode never runs")
         withIdleLoop { loop in
-            #expect(throws: RunLoopError.invalidArgument(argument: "delay", reason: "negative: -0.001 seconds")) {
-                try loop.perform(afterDelay: .milliseconds(-1)) {}
-            }
-            #expect(throws: RunLoopError.invalidArgument(argument: "modes", reason: "no mode to run the block in")) {
-                try loop.perform(afterDelay: .milliseconds(1), inModes: []) {}
+            #expect(throws: noModes) { try loop.perform(afterDelay: .milliseconds(1), inModes: []) {} }
+            #expect(throws: noModes) { try loop.perform(inModes: []) {} }
+            #expect(throws: noModes) { try loop.performAndWakeUp(inModes: []) {} }
+            #expect(throws: noModes) { try loop.perform(inModes: [], waitUntilDone: false) {} }
+            #expect(throws: noModes) { try loop.perform(inModes: [], waitUntilDone: true) {} }
+            #expect(throws: noModes) { _ = try RunLoopIdleQueue(loop: loop, modes: []) }
+            #expect(throws: noModes) { _ = try RunLoopScopeHooks(loop: loop, modes: [], setUp: {}, tearDown: { _ in }) }
+            #expect(throws: StallMonitorError.runLoop(noModes)) {
+                try RunLoopStallMonitor(loop: loop, threshold: .milliseconds(10), modes: []).start()
             }
             #expect(loop.pendingPerformRequestCount == 0)
             #expect(loop.nextTimerFireDate(in: .default) == nil)
+            #expect(loop.blocks.isEmpty, "no block was queued")
         }
+        // On the loop's own thread, where waitUntilDone would run the block at once, too.
+        let ranInline = Locked(false)
+        let worker = TestLoopThread(setUp: { loop in
+            #expect(throws: noModes) { try loop.perform(inModes: [], waitUntilDone: true) { ranInline.withLock { $0 = true } } }
+        }, body: { _ in [] })
+        _ = worker.join()
+        #expect(!ranInline.current)
     }
 
     @Test("performs on the loop of a thread that has exited throw threadExited")

@@ -69,9 +69,11 @@ public final class RunLoopIdleQueue: @unchecked Sendable {
     ///     idle time stays out of a private mode such as a tracking one. `.common` means every common mode.
     ///   - maxTasksPerPass: how many tasks one pass runs; raised to 1 if smaller.
     ///   - order: the observer's order among the beforeWaiting observers.
-    /// - Throws: ``RunLoopError/threadExited`` if the loop's thread has exited.
+    /// - Throws: ``RunLoopError/invalidArgument(argument:reason:)`` for an empty `modes`,
+    ///   ``RunLoopError/threadExited`` if the loop's thread has exited.
     public init(loop: PortRunLoop, modes: [PortRunLoop.Mode] = [.default], maxTasksPerPass: Int = 1,
                 order: Int = 0) throws(RunLoopError) {
+        try PortRunLoop.Mode.validate(modes)
         self.loop = loop
         self.modes = modes
         let tasks = Tasks(maxPerPass: max(1, maxTasksPerPass))

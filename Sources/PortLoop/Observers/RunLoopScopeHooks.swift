@@ -73,10 +73,12 @@ public final class RunLoopScopeHooks<Scope>: @unchecked Sendable {
     ///     observers use.
     ///   - setUp: opens a scope, on the loop's thread; its result goes to the matching `tearDown`.
     ///   - tearDown: closes a scope, on the loop's thread.
-    /// - Throws: ``RunLoopError/threadExited`` if the loop's thread has exited.
+    /// - Throws: ``RunLoopError/invalidArgument(argument:reason:)`` for an empty `modes`,
+    ///   ``RunLoopError/threadExited`` if the loop's thread has exited.
     public init(loop: PortRunLoop, modes: [PortRunLoop.Mode] = [.common],
                 setUp: @escaping @Sendable () -> Scope,
                 tearDown: @escaping @Sendable (Scope) -> Void) throws(RunLoopError) {
+        try PortRunLoop.Mode.validate(modes)
         self.loop = loop
         self.modes = modes
         let scopes = Scopes(setUp: setUp, tearDown: tearDown)

@@ -79,9 +79,11 @@ public final class RunLoopStallMonitor: @unchecked Sendable {
 
     /// Starts the watchdog and adds the monitor's observers to the loop; does nothing if started already. May
     /// be called from any thread, also while the loop runs: timing then begins at the loop's next stage.
-    /// - Throws: ``StallMonitorError/runLoop(_:)`` if the loop refuses the observers (its thread has exited),
+    /// - Throws: ``StallMonitorError/runLoop(_:)`` if the loop refuses the observers (its thread has exited) or
+    ///   ``modes`` is empty (``RunLoopError/invalidArgument(argument:reason:)``),
     ///   ``StallMonitorError/watchdogThread(errno:)`` if no thread can be created. Nothing is left running.
     public func start() throws(StallMonitorError) {
+        do throws(RunLoopError) { try PortRunLoop.Mode.validate(modes) } catch { throw .runLoop(error) }
         lock.lock()
         defer { lock.unlock() }
         guard session == nil else { return }

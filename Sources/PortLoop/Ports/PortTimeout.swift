@@ -41,10 +41,9 @@ public struct PortTimeout: Hashable, Sendable, CustomStringConvertible {
             return PL_TIMEOUT_FOREVER
         case let .duration(d):
             if d < .zero { throw .invalidArgument(argument: "timeout", reason: "negative duration \(d)") }
-            let (seconds, attoseconds) = d.components
-            if seconds >= Int64.max / 1_000_000_000 - 1 { return PL_TIMEOUT_FOREVER }
-            // Round up so that a wait never ends before the duration has passed.
-            return seconds * 1_000_000_000 + (attoseconds + 999_999_999) / 1_000_000_000
+            // Round up so that a wait never ends before the duration has passed; past Int64 (292 years), forever.
+            let nanoseconds = (d.attoseconds + 999_999_999) / 1_000_000_000
+            return nanoseconds >= Int128(Int64.max) ? PL_TIMEOUT_FOREVER : Int64(nanoseconds)
         case let .seconds(s):
             if s.isNaN { throw .invalidArgument(argument: "timeout", reason: "not a number") }
             if s < 0 { throw .invalidArgument(argument: "timeout", reason: "negative: \(s) seconds") }

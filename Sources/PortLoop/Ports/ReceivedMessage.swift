@@ -52,7 +52,7 @@ func receiveIntoArray(timeout: PortTimeout, maxSize: Int,
         throw .invalidArgument(argument: "maxSize", reason: "negative: \(maxSize)")
     }
     let timeoutNanoseconds = try timeout.nanoseconds()
-    let deadline = timeoutNanoseconds > 0 ? monotonicNanoseconds() &+ timeoutNanoseconds : 0
+    let deadline = timeoutNanoseconds > 0 ? monotonicNanoseconds().addingClamped(timeoutNanoseconds) : 0
     let stackCapacity = 256
 
     while true {

@@ -8,7 +8,8 @@ extension PortRunLoop {
     /// Queues a block to run on the loop's thread, FIFO, at the next block point of a run whose mode is one
     /// of `modes` (`.common` matches every common mode) (`CFRunLoopPerformBlock`). Like CF, this does not wake
     /// the loop; see ``performAndWakeUp(inModes:_:)``.
-    /// - Throws: ``RunLoopError/threadExited`` if the loop's thread has exited.
+    /// - Throws: ``RunLoopError/invalidArgument(argument:reason:)`` for an empty `modes`,
+    ///   ``RunLoopError/threadExited`` if the loop's thread has exited. Nothing is queued when it throws.
     public func perform(inModes modes: [Mode] = PortRunLoop.commonModesOnly, _ block: @escaping @Sendable () -> Void) throws(RunLoopError) {
         _ = try enqueue(PendingBlock(modes: modes, block: block), wake: false)
     }
@@ -17,13 +18,15 @@ extension PortRunLoop {
     ///
     /// A wake-up already on its way is not sent again: a producer queuing blocks faster than the loop runs
     /// them sends one wake-up per pass of the loop, not one per block.
+    /// - Throws: as ``perform(inModes:_:)``.
     public func performAndWakeUp(inModes modes: [Mode] = PortRunLoop.commonModesOnly, _ block: @escaping @Sendable () -> Void) throws(RunLoopError) {
         if try enqueue(PendingBlock(modes: modes, block: block), wake: true) { wakeUp() }
     }
 
     /// Appends a block; with `wake`, returns whether the caller must send a wake-up (none is queued yet).
     private func enqueue(_ pending: PendingBlock, wake: Bool) throws(RunLoopError) -> Bool {
-        try withLockThrowing { () throws(RunLoopError) -> Bool in
+        if let modes = pending.modes { try Mode.validate(modes) }
+        return try withLockThrowing { () throws(RunLoopError) -> Bool in
             guard !threadExited else { throw .threadExited }
             if let modes = pending.modes {
                 for mode in modes where mode != .common && mode != .default { _ = try modeLocked(mode) } // names create modes

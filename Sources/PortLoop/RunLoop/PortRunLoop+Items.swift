@@ -254,9 +254,16 @@ extension PortRunLoop {
 }
 
 extension Int64 {
-    /// Addition that saturates instead of trapping.
+    /// Addition that saturates instead of trapping (fire dates and deadlines reach the bounds for "never" and
+    /// "long ago").
     func addingClamped(_ other: Int64) -> Int64 {
         let (sum, overflow) = addingReportingOverflow(other)
         return overflow ? (other > 0 ? .max : .min) : sum
+    }
+
+    /// Subtraction that saturates instead of trapping.
+    func subtractingClamped(_ other: Int64) -> Int64 {
+        let (difference, overflow) = subtractingReportingOverflow(other)
+        return overflow ? (other < 0 ? .max : .min) : difference
     }
 }

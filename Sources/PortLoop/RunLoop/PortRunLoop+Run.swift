@@ -131,7 +131,7 @@ extension PortRunLoop {
             let until = min(deadline, timerWake ?? .max)
             status = spin(on: state, until: until, timerDue: timerWake != nil && until == timerWake, header: &header)
             if status == PL_ERR_TIMED_OUT {
-                timeout = until == .max ? PL_TIMEOUT_FOREVER : max(0, until - monotonicNanoseconds())
+                timeout = until == .max ? PL_TIMEOUT_FOREVER : max(0, until.subtractingClamped(monotonicNanoseconds()))
                 waiting.store(true, ordering: .releasing)
                 status = receive(on: state, header: &header, timeout: timeout)
                 waiting.store(false, ordering: .releasing)
@@ -155,7 +155,8 @@ extension PortRunLoop {
         var now: Int64 = 0
         if timerDue {
             now = monotonicNanoseconds()
-            if until - now <= Self.imminentTimerSpin { spin = max(spin, until - now) }
+            let left = until.subtractingClamped(now)
+            if left <= Self.imminentTimerSpin { spin = max(spin, left) }
         }
         guard spin > 0 else { return PL_ERR_TIMED_OUT }
         let spinUntil = min(until, (timerDue ? now : monotonicNanoseconds()).addingClamped(spin))
@@ -284,7 +285,7 @@ extension PortRunLoop {
             if timer.fireDate > scheduled { return .reposition } // the callback moved it later
             // Stay on the grid: the first grid point after now, skipping missed fires.
             let after = monotonicNanoseconds()
-            let steps = (after - scheduled) / timer.intervalNanoseconds + 1
+            let steps = after.subtractingClamped(scheduled) / timer.intervalNanoseconds + 1
             timer.fireDate = scheduled.addingClamped(steps.multipliedReportingOverflow(by: timer.intervalNanoseconds).overflow
                 ? .max : steps * timer.intervalNanoseconds)
             return .reposition

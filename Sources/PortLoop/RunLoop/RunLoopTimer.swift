@@ -6,7 +6,9 @@
 /// late to batch wake-ups (capped at half the interval). A timer belongs to one loop; it may be in several
 /// of its modes.
 public final class RunLoopTimer: Hashable, @unchecked Sendable, CustomStringConvertible {
-    /// Order among timers due at the same time, lower first (`CFRunLoopTimerGetOrder`).
+    /// The order given at creation (`CFRunLoopTimerGetOrder`). Like CF, which documents that run loop timers
+    /// ignore it, the loop does not use it: timers fire in fire-date order, and timers due at the same date in
+    /// the order they were added.
     public let order: Int
     let handler: @Sendable (RunLoopTimer) -> Void
     /// Where the handler's captured context lives, read once from the closure's two words (function,
@@ -36,7 +38,7 @@ public final class RunLoopTimer: Hashable, @unchecked Sendable, CustomStringConv
     ///   - fireAt: the first fire date.
     ///   - interval: the period of a repeating timer; zero (or negative) for a one-shot timer.
     ///   - tolerance: how late the loop may fire it to batch wake-ups.
-    ///   - order: order among timers due together.
+    ///   - order: kept and reported by ``order``; it does not change when the timer fires.
     ///   - handler: called on the loop's thread.
     public init(fireAt: ContinuousClock.Instant, interval: Duration = .zero, tolerance: Duration = .zero,
                 order: Int = 0, handler: @escaping @Sendable (RunLoopTimer) -> Void) {
@@ -154,18 +156,17 @@ public final class RunLoopTimer: Hashable, @unchecked Sendable, CustomStringConv
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
     public var description: String {
         let (fire, tolerance) = attachment.withLock { (fireDate, toleranceNanoseconds) }
-        let inMs = Double(fire - monotonicNanoseconds()) / 1e6
+        let inMs = (Double(fire) - Double(monotonicNanoseconds())) / 1e6
         return "RunLoopTimer(next fire in \(inMs) ms, interval: \(interval), tolerance: \(Duration.nanoseconds(tolerance)), order: \(order), valid: \(isValid))"
     }
 }
 
 extension Duration {
-    /// Whole nanoseconds, saturating at the bounds of Int64.
+    /// Whole nanoseconds (truncated toward zero), saturating at the bounds of Int64: about 292 years either
+    /// way, which PortLoop reads as "never" (or "long ago"). From the 128-bit attosecond count, as `components`
+    /// traps once the seconds no longer fit in Int64.
     var nanosecondsClamped: Int64 {
-        let (seconds, attoseconds) = components
-        if seconds >= Int64.max / 1_000_000_000 - 1 { return .max }
-        if seconds <= Int64.min / 1_000_000_000 + 1 { return .min }
-        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        Int64(clamping: attoseconds / 1_000_000_000)
     }
 }
 
@@ -190,5 +191,5 @@ func monotonicNanoseconds(for instant: ContinuousClock.Instant) -> Int64 {
 
 /// The `ContinuousClock` instant of monotonic-clock nanoseconds.
 func instant(forMonotonic nanoseconds: Int64) -> ContinuousClock.Instant {
-    clockReference.instant + .nanoseconds(nanoseconds &- clockReference.monotonic)
+    clockReference.instant + .nanoseconds(Int128(nanoseconds) - Int128(clockReference.monotonic))
 }

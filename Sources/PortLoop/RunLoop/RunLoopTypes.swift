@@ -66,6 +66,15 @@ extension PortRunLoop {
     }
 }
 
+extension PortRunLoop.Mode {
+    /// Refuses an empty list of modes: work scheduled in no mode could never run.
+    static func validate(_ modes: [PortRunLoop.Mode]) throws(RunLoopError) {
+        guard !modes.isEmpty else {
+            throw .invalidArgument(argument: "modes", reason: "empty: work in no mode never runs")
+        }
+    }
+}
+
 /// What went wrong adding an item to a run loop.
 public enum RunLoopError: Error, Hashable, Sendable, CustomStringConvertible {
     /// The loop's thread has exited; its loop accepts nothing more.

@@ -5,27 +5,23 @@ extension PortRunLoop {
     /// Like Foundation, this schedules a one-shot ``RunLoopTimer`` in each mode: the block runs in the first
     /// run of one of those modes that passes after the delay, never before it, and once. While it is pending
     /// the timer keeps those modes from being empty. Safe from any thread. A zero delay still waits for the
-    /// loop's next pass in a matching mode; it never runs the block inside this call.
+    /// loop's next pass in a matching mode; it never runs the block inside this call. A negative delay is a
+    /// delay of zero, as for `performSelector:afterDelay:` and for a timer whose fire date has passed.
     ///
     /// - Parameters:
-    ///   - delay: how long to wait; zero or more.
+    ///   - delay: how long to wait.
     ///   - modes: the modes it may run in (`.common` for every common mode); not empty.
     ///   - block: the work, called on the loop's thread as a timer callout.
     /// - Returns: a token that cancels the perform; dropping it does not.
-    /// - Throws: ``RunLoopError/invalidArgument(argument:reason:)`` for a negative delay or no modes,
+    /// - Throws: ``RunLoopError/invalidArgument(argument:reason:)`` for an empty `modes`,
     ///   ``RunLoopError/threadExited`` if the loop's thread has exited.
     @discardableResult
     public func perform(afterDelay delay: Duration, inModes modes: [Mode] = [.default],
                         _ block: @escaping @Sendable () -> Void) throws(RunLoopError) -> PerformRequest {
-        guard delay >= .zero else {
-            throw .invalidArgument(argument: "delay", reason: "negative: \(delay)")
-        }
-        guard !modes.isEmpty else {
-            throw .invalidArgument(argument: "modes", reason: "no mode to run the block in")
-        }
+        try Mode.validate(modes)
         let table = delayedPerforms
         // The table decides whether the fire or a cancel gets the request; only the winner acts.
-        let timer = RunLoopTimer(after: delay) { timer in
+        let timer = RunLoopTimer(after: max(delay, .zero)) { timer in
             guard table.take(timer) != nil else { return }
             block()
         }

@@ -10,10 +10,12 @@ extension PortRunLoop {
     ///
     /// Two threads that wait on each other's loops deadlock, as with Foundation.
     ///
-    /// - Throws: ``RunLoopError/threadExited`` if the loop's thread has exited, or, when waiting, if it exits
-    ///   before the block ran (a loop drops its pending blocks when its thread exits).
+    /// - Throws: ``RunLoopError/invalidArgument(argument:reason:)`` for an empty `modes` (on the loop's own
+    ///   thread too), ``RunLoopError/threadExited`` if the loop's thread has exited, or, when waiting, if it
+    ///   exits before the block ran (a loop drops its pending blocks when its thread exits).
     public func perform(inModes modes: [Mode] = PortRunLoop.commonModesOnly, waitUntilDone: Bool,
                         _ block: @escaping @Sendable () -> Void) throws(RunLoopError) {
+        try Mode.validate(modes)
         guard waitUntilDone else {
             try performAndWakeUp(inModes: modes, block)
             return
