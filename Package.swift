@@ -59,10 +59,15 @@ let package = Package(
             name: "PortLoopMainQueueCheck",
             dependencies: ["PortLoop"]
         ),
+        // A child process for the resource-exhaustion tests: it uses up its own descriptors.
+        .executableTarget(
+            name: "PortLoopResourceCheck",
+            dependencies: ["PortLoop"]
+        ),
         .testTarget(
             name: "PortLoopTests",
-            dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopEchoDaemon", "PortLoopDemo",
-                           "PortLoopToolSupport"]
+            dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopResourceCheck", "PortLoopEchoDaemon",
+                           "PortLoopDemo", "PortLoopToolSupport"]
         ),
     ],
     swiftLanguageModes: [.v6]
