@@ -44,8 +44,8 @@ let package = Package(
             name: "PortLoopDemo",
             dependencies: ["PortLoop", "PortLoopToolSupport"]
         ),
-        // The example daemon (issue 5): a dispatcher loop, worker loop threads, signals as a descriptor source.
-        // It imports CPortLoop only for the signalfd helpers.
+        // The example daemon: a dispatcher loop, worker loop threads, signals as a run loop source.
+        // It imports CPortLoop only to name its client threads.
         .executableTarget(
             name: "PortLoopEchoDaemon",
             dependencies: ["PortLoop", "CPortLoop", "PortLoopToolSupport"]

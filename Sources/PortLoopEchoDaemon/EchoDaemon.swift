@@ -19,28 +19,24 @@ enum EchoDaemon {
     }
 
     private static func runOrThrow(_ options: Options) throws(DaemonError) -> Int32 {
-        // First, before any other thread exists, so that every thread inherits the blocked mask.
-        try ShutdownSignals.blockInAllThreads()
-        let signalDescriptor = try ShutdownSignals.openDescriptor()
-        defer { close(signalDescriptor) }
+        // First, before any other thread exists, so that every thread inherits the blocked mask and a signal sent
+        // to the process can only be taken by the signal source.
+        do throws(PortError) { try RunLoopSignalSource.block(ShutdownSignals.numbers) } catch { throw .port(error) }
 
         let loop = PortRunLoop.current // the main thread's loop: PortRunLoop.main
         let workers = try (1...options.workers).map { number throws(DaemonError) in try EchoWorker(number: number) }
         let dispatcher = Dispatcher(loop: loop, workers: workers)
         let endpoint = try dispatcher.start()
 
-        let signals = ShutdownSignals.source(fileDescriptor: signalDescriptor) { signal in
-            let name = ShutdownSignals.name(signal)
-            if !dispatcher.beginStop(reason: name) {
-                // A second signal while stopping: the user wants out now, as with most daemons.
-                say("\(name) again while stopping: exiting at once")
-                // _exit, not exit: other threads are still running, and exit handlers should not run under
-                // them; say() has flushed the output already.
-                _exit(128 + signal)
+        let signals: RunLoopSignalSource
+        do throws(PortError) {
+            signals = try RunLoopSignalSource(signals: ShutdownSignals.numbers) { signal in
+                ShutdownSignals.received(signal, by: dispatcher)
             }
-        }
-        defer { signals.invalidate() } // before the descriptor is closed
+        } catch { throw .port(error) }
+        defer { signals.invalidate() }
         do throws(RunLoopError) { try loop.add(signals, mode: .default) } catch { throw .runLoop(error) }
+
 
         let started = ContinuousClock.now
         let reporter = ThroughputReporter(workers: workers, started: started)

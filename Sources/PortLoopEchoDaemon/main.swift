@@ -32,9 +32,9 @@
 //     ones get a refusal reply), then sends each worker a fence behind its last request; a worker answers
 //     the fence only after everything before it, so when every fence is answered every accepted request
 //     has been answered. Then the workers are stopped and joined, the summary printed, and the exit is 0.
-// Signals are blocked in every thread and read from a signalfd (CShims' pl_signalfd_open) that a
-// RunLoopDescriptorSource puts in the dispatcher's port set: a signal wakes the loop like a message and the
-// stop runs as ordinary loop work between two requests, not inside a signal handler.
+// Signals are blocked in every thread and reported by a RunLoopSignalSource (a signalfd in the dispatcher's
+// port set): a signal wakes the loop like a message and the stop runs as ordinary loop work between two
+// requests, not inside a signal handler.
 //
 // PortLoop's ports live inside one process, so the clients are threads of this process (LoadGenerator):
 // `--self-test N` checks N replies and exits; `--clients K` alone gives open-ended load until a signal or

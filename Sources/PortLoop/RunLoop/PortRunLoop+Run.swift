@@ -60,6 +60,16 @@ extension PortRunLoop {
         return result
     }
 
+    /// Runs the loop once in a mode until an instant (`-[NSRunLoop runMode:beforeDate:]`): as
+    /// ``run(mode:timeout:returnAfterSourceHandled:)`` with the time left until `deadline` as the timeout; an
+    /// instant already past makes one pass without sleeping.
+    @discardableResult
+    public func run(mode: Mode = .default, until deadline: ContinuousClock.Instant,
+                    returnAfterSourceHandled: Bool = false) -> RunResult {
+        let timeout = Duration.nanoseconds(monotonicNanoseconds(for: deadline).subtractingClamped(monotonicNanoseconds()))
+        return run(mode: mode, timeout: timeout, returnAfterSourceHandled: returnAfterSourceHandled)
+    }
+
     /// The passes of one run (`__CFRunLoopRun`).
     private func runPasses(_ state: LoopMode, timeout: Duration?, returnAfterSourceHandled: Bool) -> RunResult {
         let timeoutNanoseconds = timeout?.nanosecondsClamped ?? .max

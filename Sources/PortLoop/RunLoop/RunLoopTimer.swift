@@ -144,6 +144,16 @@ public final class RunLoopTimer: Hashable, @unchecked Sendable, CustomStringConv
         otherPlacements = []
     }
 
+    /// Calls the handler now, on the calling thread (`-[NSTimer fire]`; CF has no counterpart). A repeating
+    /// timer keeps its schedule; a one-shot timer is invalidated afterwards, even if its fire date has not come.
+    /// An invalidated timer does nothing. Called from a thread other than the loop's, the handler may run at
+    /// the same time as a firing by the loop.
+    public func fire() {
+        guard isValid else { return }
+        __PORTLOOP_IS_CALLING_OUT_TO_A_TIMER_CALLBACK_FUNCTION__(self)
+        if !isRepeating { invalidate() }
+    }
+
     /// Removes the timer from every mode of its loop; it will not fire again (`CFRunLoopTimerInvalidate`).
     public func invalidate() {
         attachment.invalidate()?.removeEverywhere(self)
