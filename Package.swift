@@ -5,12 +5,15 @@ let package = Package(
     name: "PortLoop",
     products: [
         .library(name: "PortLoop", targets: ["PortLoop"]),
+        // Loop threads as swift-service-lifecycle services; a module of its own so that PortLoop needs neither.
+        .library(name: "PortLoopServiceLifecycle", targets: ["PortLoopServiceLifecycle"]),
         .executable(name: "portloop-demo", targets: ["PortLoopDemo"]),
         .executable(name: "portloop-echod", targets: ["PortLoopEchoDaemon"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
         // libevent from the system: libevent_core plus libevent_pthreads (SPEC §8).
@@ -38,6 +41,10 @@ let package = Package(
                 .product(name: "HeapModule", package: "swift-collections"),
                 .product(name: "Logging", package: "swift-log"),
             ]
+        ),
+        .target(
+            name: "PortLoopServiceLifecycle",
+            dependencies: ["PortLoop", .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
         ),
         // portloop-demo (`make demo`); Tests/PortLoopTests/DemoTests.swift runs it as a child process.
         .executableTarget(
@@ -67,7 +74,8 @@ let package = Package(
         .testTarget(
             name: "PortLoopTests",
             dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopResourceCheck", "PortLoopEchoDaemon",
-                           "PortLoopDemo", "PortLoopToolSupport"]
+                           "PortLoopDemo", "PortLoopToolSupport", "PortLoopServiceLifecycle",
+                           .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
         ),
     ],
     swiftLanguageModes: [.v6]
