@@ -66,6 +66,13 @@ let package = Package(
             name: "PortLoopMainQueueCheck",
             dependencies: ["PortLoop"]
         ),
+        // A child process for the experimental main executor under an async main. Swift 6.3 honours a program's
+        // DefaultExecutorFactory only with availability checking off; not a product, so no user builds this flag.
+        .executableTarget(
+            name: "PortLoopAsyncMainCheck",
+            dependencies: ["PortLoop"],
+            swiftSettings: [.unsafeFlags(["-Xfrontend", "-disable-availability-checking"])]
+        ),
         // A child process for the resource-exhaustion tests: it uses up its own descriptors.
         .executableTarget(
             name: "PortLoopResourceCheck",
@@ -73,7 +80,7 @@ let package = Package(
         ),
         .testTarget(
             name: "PortLoopTests",
-            dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopResourceCheck", "PortLoopEchoDaemon",
+            dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopAsyncMainCheck", "PortLoopResourceCheck", "PortLoopEchoDaemon",
                            "PortLoopDemo", "PortLoopToolSupport", "PortLoopServiceLifecycle",
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
         ),

@@ -2,7 +2,7 @@
 // synchronous `main`, which Swift Testing's own process cannot (it has called dispatchMain()). Each scenario
 // prints one line `ok <scenario> <details>` or `fail <scenario> <why>` and exits 0 or 1.
 import Dispatch
-import PortLoop
+@_spi(Experimental) import PortLoop
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -18,6 +18,10 @@ func cpuSeconds() -> Double {
     return Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
         + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
 }
+
+let mainThread = pthread_self()
+/// Whether the calling thread is the main one.
+func isOnMainThread() -> Bool { pthread_equal(pthread_self(), mainThread) != 0 }
 
 let loop = PortRunLoop.main
 let scenario = CommandLine.arguments.dropFirst().first ?? "fifo"
@@ -81,6 +85,26 @@ case "idle":
     let used = cpuSeconds() - before
     finish(result == .timedOut && used < 0.1, scenario, "result=\(result) cpu=\(used)s")
 
+case "executor":
+    // The main loop as the main executor (experimental): the main task and every @MainActor job run on the
+    // main thread inside a run of the main loop, between its timers and DispatchQueue.main blocks.
+    nonisolated(unsafe) var timerFired = false
+    nonisolated(unsafe) var blockRan = false
+    let detail = try MainRunLoopExecutor.runMain { () async throws -> String in
+        let inLoop = PortRunLoop.main.currentModeName == .default
+        try PortRunLoop.main.add(RunLoopTimer(after: .milliseconds(20)) { _ in timerFired = true }, mode: .default)
+        DispatchQueue.main.async { blockRan = true }
+        // Off to the global executor and back: the continuation is a main-loop job.
+        let offMain = await Task.detached { !isOnMainThread() }.value
+        try await Task.sleep(for: .milliseconds(60))
+        let sources = try RunLoopPortSource { message in PortReply(id: message.id + 1) }
+        try PortRunLoop.main.add(sources, mode: .default)
+        let reply = try await Task.detached { try sources.makeSendRight().request(id: 41, timeout: .seconds(5)) }.value
+        return "inLoop=\(inLoop) main=\(isOnMainThread()) offMain=\(offMain) reply=\(reply.id)"
+    }
+    let ok = detail == "inLoop=true main=true offMain=true reply=42" && timerFired && blockRan
+    finish(ok, scenario, "\(detail) timer=\(timerFired) block=\(blockRan)")
+
 default:
-    finish(false, scenario, "unknown scenario; try fifo, mainactor, noncommon, many, idle")
+    finish(false, scenario, "unknown scenario; try fifo, mainactor, noncommon, many, idle, executor")
 }

@@ -81,7 +81,7 @@ struct DaemonAPITests {
             try loop.add(repeating, mode: .default)
         }, body: { loop in [loop.run(mode: .default, timeout: .seconds(10))] })
         oneShot.fire()
-        #expect(calls.current == ["once \(currentThreadID())"], "on the calling thread, at once")
+        #expect(calls.current.filter { $0.hasPrefix("once") } == ["once \(currentThreadID())"], "on the calling thread, at once")
         #expect(!oneShot.isValid)
         let next = repeating.nextFireDate
         repeating.fire()

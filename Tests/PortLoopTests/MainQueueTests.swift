@@ -21,10 +21,24 @@ struct MainQueueTests {
     }
 
     @Test("DispatchQueue.main blocks run FIFO on the main thread, isolated to the main actor",
-          arguments: ["fifo", "mainactor", "noncommon", "many", "idle"])
+          arguments: ["fifo", "mainactor", "noncommon", "many", "idle", "executor"])
     func scenario(_ name: String) throws {
         let (status, output) = try runChild(name)
         #expect(status == 0, "\(output)")
         #expect(output.hasPrefix("ok \(name)"), "\(output)")
+    }
+
+    @Test("experimental: an async main whose DefaultExecutorFactory is PortLoop's runs on the main run loop")
+    func asyncMainOnTheMainLoop() throws {
+        let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        let process = Process()
+        process.executableURL = directory.appendingPathComponent("PortLoopAsyncMainCheck")
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(output)")
+        #expect(output.hasPrefix("ok async-main"), "\(output)")
     }
 }

@@ -1,11 +1,12 @@
-// Compiled, never called: every public type of PortLoop named without its module, in a file that also imports
-// Foundation, CoreFoundation, NIOCore and NIOPosix. A name one of them also has makes this file ambiguous and
-// the benchmarks' build fails (`make test` builds them). The test NameClashListTests keeps this list complete.
+// Compiled, never called: every public type of PortLoop (its experimental SPI too) named without its module, in
+// a file that also imports Foundation, CoreFoundation, NIOCore and NIOPosix. A name one of them also has makes
+// this file ambiguous and the benchmarks' build fails (`make test` builds them). The test NameClashListTests
+// keeps this list complete.
 import CoreFoundation
 import Foundation
 import NIOCore
 import NIOPosix
-import PortLoop
+@_spi(Experimental) import PortLoop
 
 let portLoopPublicTypes: [Any.Type] = [
     PerformRequest.self, PortError.self, PortError.Code.self, PortLoopLogging.self, PortMessages.self,
@@ -15,7 +16,8 @@ let portLoopPublicTypes: [Any.Type] = [
     RunLoopDescriptorSource.self, RunLoopError.self, RunLoopIdleQueue.self, RunLoopObserver.self,
     RunLoopPortSource.self, RunLoopScopeHooks<Int>.self, RunLoopSerialExecutor.self, RunLoopSource.self,
     RunLoopStallMonitor.self, RunLoopStallMonitor.Report.self, RunLoopThread.self, RunLoopThreadError<Never>.self,
-    RunLoopTimer.self, StallMonitorError.self,
+    RunLoopTimer.self, StallMonitorError.self, RunLoopSignalSource.self, MainRunLoopExecutor.self,
+    PortLoopExecutorFactory.self,
 ]
 /// Noncopyable types cannot be `Any.Type`.
 let portLoopReceiveRightType = PortReceiveRight.self
