@@ -3,7 +3,7 @@ import Synchronization
 /// A count that one thread bumps and others read, for the throughput line and the summary.
 ///
 /// `Atomic` rather than a lock: ThreadSanitizer understands it (it does not see the standard library's
-/// `Mutex` on Linux, SPEC §8), and a relaxed increment costs the hot path of a worker almost nothing.
+/// `Mutex` on Linux), and a relaxed increment costs the hot path of a worker almost nothing.
 final class Counter: Sendable {
     private let value = Atomic<Int>(0)
 

@@ -1,4 +1,4 @@
-// A child process for the main-queue tests (SPEC §4): its main thread runs PortLoop's main run loop with a
+// A child process for the main-queue tests: its main thread runs PortLoop's main run loop with a
 // synchronous `main`, which Swift Testing's own process cannot (it has called dispatchMain()). Each scenario
 // prints one line `ok <scenario> <details>` or `fail <scenario> <why>` and exits 0 or 1.
 import Dispatch

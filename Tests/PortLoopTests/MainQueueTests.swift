@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-/// The main-queue dispatch port (SPEC §4). Swift Testing's runner has called dispatchMain(), after which
+/// The main-queue dispatch port. Swift Testing's runner has called dispatchMain(), after which
 /// draining the main queue crashes, so each scenario runs in a child process with a synchronous main
 /// (the PortLoopMainQueueCheck executable, built beside this test bundle).
 @Suite("Main-queue dispatch port")

@@ -2,7 +2,7 @@ import Glibc
 import PortLoop
 import Testing
 
-/// Bad input (SPEC §7): a typed error, no crash, nothing queued lost.
+/// Bad input: a typed error, no crash, nothing queued lost.
 @Suite("Port bad input")
 struct PortBadInputTests {
     /// A port holding two messages, to show that nothing is lost after each bad call.

@@ -2,7 +2,7 @@ import CPortLoop
 import PortLoop
 import Testing
 
-/// Destroying receive rights and sets (SPEC §2 "Destroying a receive right").
+/// Destroying receive rights and sets, as Mach does.
 @Suite("Port destruction")
 struct PortDestroyTests {
     @Test("queued messages are destroyed and their reply rights released")

@@ -1,7 +1,7 @@
 import PortLoop
 import Testing
 
-/// Modes and common modes (the seeds' scrolling example).
+/// Modes and common modes (a scroll view's tracking mode beside the default one).
 @Suite("Run loop modes")
 struct RunLoopModeTests {
     @Test("a default-mode timer does not fire while a tracking mode runs; a common-mode timer fires in both")

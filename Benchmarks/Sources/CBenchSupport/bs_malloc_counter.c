@@ -1,7 +1,7 @@
 /*
  * bs_malloc_counter.c — counting allocator entry points (see include/cbenchsupport.h) and heap figures.
  *
- * Why it exists: the `allocs` scenario reports heap allocations per message (issue 5: at most one per port
+ * Why it exists: the `allocs` scenario reports heap allocations per message (the target: at most one per port
  * message in steady state). glibc has no allocation counter and its hooks are gone (2.34), so the
  * executable defines the allocation functions itself and forwards them to glibc's exported __libc_*
  * functions. free() is not wrapped: every block still comes from glibc.

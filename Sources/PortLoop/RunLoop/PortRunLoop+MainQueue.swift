@@ -1,6 +1,6 @@
 import CPortLoop
 
-// The main-queue dispatch port (SPEC §4, CF's `_dispatch_get_main_queue_port_4CF` handling): when the main
+// The main-queue dispatch port (CF's `_dispatch_get_main_queue_port_4CF` handling): when the main
 // thread runs the main loop in a common mode, libdispatch's main-queue eventfd sits in the mode's port set,
 // and the loop drains the main queue when it is readable, at most every other pass. Then
 // `DispatchQueue.main.async {}` and `@MainActor` work in a program whose main thread runs the main loop.

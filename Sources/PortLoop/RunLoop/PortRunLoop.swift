@@ -141,7 +141,7 @@ public final class PortRunLoop: @unchecked Sendable {
     /// Makes a sleeping loop pass once more (`CFRunLoopWakeUp`). Wake-ups are coalesced: while one is
     /// pending, more cost nothing. On a loop that is not running, its next run passes once more at once.
     public func wakeUp() {
-        // A full wake-up port means a wake-up is pending already: that is success (SPEC §2).
+        // A full wake-up port means a wake-up is pending already: that is success, as for CF's wake-up port.
         try? wakeUpSender.send(timeout: .poll)
     }
 
