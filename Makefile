@@ -91,7 +91,10 @@ stress-valgrind: deps
 	valgrind -q --fair-sched=yes --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible \
 	    --error-exitcode=1 $(STRESS_DIR)/pl_stress
 
+# SwiftPM plans a path dependency's sources only when the root package changed, so a file added to PortLoop
+# would stay unbuilt here ("cannot find ... in scope"): drop the plan, never the build products, every time.
 bench-build: deps
+	rm -f $(BENCH_SCRATCH)/release.yaml
 	$(SWIFT) build -c release --package-path Benchmarks --scratch-path $(BENCH_SCRATCH)
 
 bench: bench-build
