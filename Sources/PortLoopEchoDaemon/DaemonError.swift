@@ -1,4 +1,9 @@
 import PortLoop
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// Why the daemon could not start or run: something the port layer, a run loop or the system refused.
 enum DaemonError: Error, CustomStringConvertible {
@@ -11,7 +16,7 @@ enum DaemonError: Error, CustomStringConvertible {
         switch self {
         case let .port(error): "port layer: \(error)"
         case let .runLoop(error): "run loop: \(error)"
-        case let .system(call, errno): "\(call) failed: errno \(errno)"
+        case let .system(call, errno): "\(call) failed: \(String(cString: strerror(errno))) (errno \(errno))"
         }
     }
 }

@@ -9,7 +9,8 @@ public enum StallMonitorError: Error, Hashable, Sendable, CustomStringConvertibl
     public var description: String {
         switch self {
         case let .runLoop(error): "the run loop refused the monitor's observers: \(error)"
-        case let .watchdogThread(errno): "the watchdog thread could not be created (error \(errno))"
+        case let .watchdogThread(errno):
+            "the watchdog thread could not be created: pthread_create failed: \(errnoDescription(errno)) (errno \(errno))"
         }
     }
 }
