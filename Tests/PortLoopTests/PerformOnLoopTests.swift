@@ -102,6 +102,79 @@ struct PerformOnLoopTests {
     }
 }
 
+/// `performAndAwait`, the async form of `perform(inModes:waitUntilDone: true)`.
+@Suite("Perform on a loop's thread, awaited", .timeLimit(.minutes(1)))
+struct PerformAndAwaitTests {
+    @Test("returns the block's value once it ran on the loop's thread, in a matching mode")
+    func returnsAfterRunning() async throws {
+        let worker = TestLoopThread(setUp: { loop in
+            try loop.add(RunLoopTimer(after: .seconds(3600)) { _ in }, mode: .default)
+        }, body: { loop in [loop.run(mode: .default, timeout: .seconds(30))] })
+        let (thread, mode) = try await worker.loop.performAndAwait(inModes: [.default]) {
+            (currentThreadID(), PortRunLoop.current.currentModeName)
+        }
+        #expect(thread == worker.loop.threadID)
+        #expect(mode == .default)
+        try worker.loop.perform(inModes: [.default], waitUntilDone: false) { PortRunLoop.current.stop() }
+        #expect(worker.join() == [.stopped])
+    }
+
+    @Test("callers waiting for a loop that is not running yet hold no thread of the cooperative pool")
+    func doesNotBlockThePool() async throws {
+        let start = Latch()
+        let worker = TestLoopThread(body: { loop in
+            start.wait()
+            return [loop.run(mode: .default, timeout: .seconds(30))] // runs the blocks, then finishes empty
+        })
+        let callers = (0..<8).map { index in Task { try await worker.loop.performAndAwait { index * 2 } } }
+        #expect(await eventually { worker.loop.pendingBlockCount == 8 })
+        #expect(await Task.detached { 42 }.value == 42, "the pool still runs other tasks")
+        start.signal()
+        for (index, caller) in callers.enumerated() { #expect(try await caller.value == index * 2) }
+        #expect(worker.join() == [.finished])
+    }
+
+    @Test("a waiting task is resumed with threadExited when the loop's thread exits without running the block")
+    func resumedWhenThreadExits() async throws {
+        let release = Latch()
+        let worker = TestLoopThread(body: { _ in release.wait(); return [] }) // never runs its loop
+        let ran = Locked(false)
+        let caller = Task {
+            try await worker.loop.performAndAwait(inModes: [.default]) { ran.withLock { $0 = true } }
+        }
+        #expect(await eventually { worker.loop.pendingBlockCount == 1 })
+        release.signal()
+        _ = worker.join()
+        await #expect(throws: RunLoopError.threadExited) { try await caller.value }
+        #expect(!ran.current)
+        // And at once for a loop whose thread has gone.
+        await #expect(throws: RunLoopError.threadExited) { try await worker.loop.performAndAwait {} }
+    }
+
+    @Test("on the loop's own thread, inside an executor's job, the block runs in place whatever the modes")
+    func ownThreadRunsInPlace() async throws {
+        let worker = ExecutorLoopThread()
+        defer { worker.stop() }
+        let actor = LoopPerformingActor(executor: worker.executor)
+        #expect(try await actor.performInPlace() == ["in place", "after"])
+    }
+}
+
+/// Awaits a block on its own loop from a job on that loop's thread.
+actor LoopPerformingActor {
+    let executor: RunLoopSerialExecutor
+    nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+    init(executor: RunLoopSerialExecutor) { self.executor = executor }
+
+    func performInPlace() async throws(RunLoopError) -> [String] {
+        let trace = Trace<String>()
+        // A mode the loop never runs: queued, the block would never run and this call would never return.
+        try await PortRunLoop.current.performAndAwait(inModes: ["never-run"]) { trace.append("in place") }
+        trace.append("after")
+        return trace.all
+    }
+}
+
 /// Calls into its loop from its deinit, as a dropped block's captures may (a waiter's sentinel, a loop
 /// thread stopping itself on its last release).
 final class CallsLoopWhenReleased: Sendable {

@@ -1,5 +1,8 @@
 @testable import PortLoop
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A port's messages as an `AsyncSequence` (SPEC §6): order, cancellation destroying the port, back-pressure
 /// through the port's queue limit, and the shared waiting thread that ends when nobody waits. Serialized:
@@ -157,6 +160,106 @@ struct PortMessagesTests {
 
         #expect(await eventually { threadCount(named: reactorThread) == 0 }, "the waiting thread ends after its linger")
         #expect(PortMessageReactor.shared.runningThreads.load(ordering: .relaxed) == 0)
+    }
+}
+
+/// A consumer that cannot be parked (descriptors or threads exhausted) keeps polling its port and never
+/// ends while the port lives. The reactor's test hooks stand in for the exhaustion; they apply to the
+/// test's own port only, or (thread start) only while no other consumer of the process waits.
+extension PortMessagesTests {
+    @Test("a consumer whose park fails waits on, receiving in order what is sent during and after the failures")
+    func parkFailureRetries() async throws {
+        let (messages, sender) = try PortMessages.makeStream()
+        let name = messages.portName
+        let failures = Locked(0)
+        let failing = Locked(true)
+        PortMessageReactor.shared.setSessionFailureForTesting { port in
+            guard port == name, failing.current else { return nil }
+            failures.withLock { $0 += 1 }
+            return .systemCallFailed(errno: EMFILE)
+        }
+        defer { PortMessageReactor.shared.setSessionFailureForTesting(nil) }
+        let consumer = Task {
+            var ids: [Int32] = []
+            for await message in messages {
+                ids.append(message.id)
+                if ids.count == 6 { break }
+            }
+            return ids
+        }
+        #expect(await eventually { failures.current >= 3 }, "the consumer keeps trying to park")
+        for id in 0..<3 { try sender.send(id: Int32(id)) }
+        let seen = failures.current
+        #expect(await eventually { failures.current >= seen + 3 }, "and keeps trying after taking them by polling")
+        #expect(!messages.isFinished)
+        #expect(messages.storage.failureEpisodes.load(ordering: .relaxed) == 1, "one failure episode, logged once")
+
+        failing.withLock { $0 = false }
+        #expect(await eventually { PortMessageReactor.shared.waiterCount == 1 }, "parked once parking works")
+        for id in 3..<6 { try sender.send(id: Int32(id)) }
+        #expect(await consumer.value == [0, 1, 2, 3, 4, 5])
+        #expect(!messages.isFinished, "the iteration was left by break, not ended: the port lives")
+        #expect(!sender.isDeadName)
+    }
+
+    @Test("cancelling a consumer while its parks fail ends the iteration and destroys the port")
+    func cancelDuringParkFailures() async throws {
+        let (messages, sender) = try PortMessages.makeStream()
+        let name = messages.portName
+        let failures = Locked(0)
+        PortMessageReactor.shared.setSessionFailureForTesting { port in
+            guard port == name else { return nil }
+            failures.withLock { $0 += 1 }
+            return .systemCallFailed(errno: EMFILE)
+        }
+        defer { PortMessageReactor.shared.setSessionFailureForTesting(nil) }
+        let consumer = Task {
+            var count = 0
+            for await _ in messages { count += 1 }
+            return count
+        }
+        try sender.send(id: 1)
+        #expect(await eventually { failures.current >= 3 }, "the consumer is retrying")
+        consumer.cancel()
+        #expect(await consumer.value == 1)
+        #expect(messages.isFinished)
+        #expect(sender.isDeadName)
+        #expect(PortMessageReactor.shared.waiterCount == 0)
+    }
+
+    @Test("a consumer whose waiting thread cannot start polls on, and parks once a thread starts")
+    func threadStartFailureRetries() async throws {
+        #expect(await eventually { PortMessageReactor.shared.runningThreads.load(ordering: .relaxed) == 0 },
+                "a previous test's thread lingers on")
+        let attempts = Locked(0)
+        let failing = Locked(true)
+        PortMessageReactor.shared.setThreadStartFailureForTesting {
+            guard failing.current else { return nil }
+            attempts.withLock { $0 += 1 }
+            return EAGAIN
+        }
+        defer { PortMessageReactor.shared.setThreadStartFailureForTesting(nil) }
+        let (messages, sender) = try PortMessages.makeStream()
+        let received = Locked<[Int32]>([])
+        let consumer = Task {
+            for await message in messages {
+                received.withLock { $0.append(message.id) }
+                if received.current.count == 3 { break }
+            }
+        }
+        #expect(await eventually { attempts.current >= 3 })
+        try sender.send(id: 0)
+        try sender.send(id: 1)
+        #expect(await eventually { received.current == [0, 1] }, "taken by the consumer's own polls")
+        #expect(PortMessageReactor.shared.runningThreads.load(ordering: .relaxed) == 0)
+
+        failing.withLock { $0 = false }
+        #expect(await eventually { PortMessageReactor.shared.waiterCount == 1 })
+        #expect(PortMessageReactor.shared.runningThreads.load(ordering: .relaxed) == 1)
+        try sender.send(id: 2)
+        await consumer.value
+        #expect(received.current == [0, 1, 2])
+        #expect(!messages.isFinished)
     }
 }
 

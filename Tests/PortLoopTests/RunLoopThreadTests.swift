@@ -215,7 +215,74 @@ struct RunLoopThreadTests {
     }
 }
 
+/// `run(_:)`, the async form of executeAndWait: it suspends its caller instead of blocking a thread.
+@Suite("Run loop threads, awaited", .timeLimit(.minutes(1)))
+struct RunLoopThreadAsyncTests {
+    @Test("run returns the task's value, computed on the thread, and rethrows its error typed")
+    func valueAndError() async throws {
+        let thread = try RunLoopThread(name: "awaited")
+        defer { thread.stop() }
+        let (id, name) = try await thread.run { (currentThreadID(), currentThreadName()) }
+        #expect(id == thread.loop.threadID)
+        #expect(name == "awaited")
+        #expect(try await thread.run { 6 * 7 } == 42)
+        await #expect(throws: RunLoopThreadError<TaskFailure>.failed(TaskFailure(code: 3))) {
+            try await thread.run { () throws(TaskFailure) -> Int in throw TaskFailure(code: 3) }
+        }
+        // FIFO with execute.
+        let order = Trace<Int>()
+        try thread.execute { order.append(1) }
+        try await thread.run { order.append(2) }
+        #expect(order.all == [1, 2])
+    }
+
+    @Test("callers awaiting run hold no thread of the cooperative pool while the thread is busy")
+    func doesNotBlockThePool() async throws {
+        let thread = try RunLoopThread()
+        defer { thread.stop() }
+        let gate = Latch()
+        let entered = Locked(false)
+        try thread.execute { entered.withLock { $0 = true }; gate.wait() }
+        // Once the thread runs the blocking task, later tasks stay in the loop's queue, where they are counted.
+        #expect(await eventually { entered.current })
+        // More callers than the pool has threads: blocked callers would leave none for anything else.
+        let callers = (0..<8).map { index in Task { try await thread.run { index } } }
+        #expect(await eventually { thread.loop.pendingBlockCount == 8 }, "every caller has queued its task")
+        #expect(await Task.detached { 42 }.value == 42, "the pool still runs other tasks")
+        gate.signal()
+        for (index, caller) in callers.enumerated() { #expect(try await caller.value == index) }
+    }
+
+    @Test("run from an actor on the thread's own loop runs the task in place; after stop it is refused")
+    func ownThreadAndStopped() async throws {
+        let thread = try RunLoopThread()
+        let actor = ThreadRunningActor(executor: try RunLoopSerialExecutor(loop: thread.loop))
+        let trace = Trace<String>()
+        try await actor.runInPlace(on: thread, trace: trace)
+        try await thread.run {}
+        #expect(trace.all == ["in place", "after", "queued"], "run did not queue behind the task execute queued")
+        thread.stop()
+        await #expect(throws: RunLoopThreadError<Never>.stopped) { try await thread.run { 1 } }
+    }
+}
+
+/// Calls its own loop thread's `run` from a job on that thread.
+actor ThreadRunningActor {
+    let executor: RunLoopSerialExecutor
+    nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+    init(executor: RunLoopSerialExecutor) { self.executor = executor }
+
+    func runInPlace(on thread: RunLoopThread, trace: Trace<String>) async throws {
+        try thread.execute { trace.append("queued") }
+        try await thread.run { trace.append("in place") }
+        trace.append("after")
+    }
+}
+
 extension PortRunLoop {
     /// Whether the loop's thread has exited, for tests.
     var hasExitedThread: Bool { lock.withLock { threadExited } }
+
+    /// How many blocks are queued, for tests.
+    var pendingBlockCount: Int { lock.withLock { blocks.count } }
 }

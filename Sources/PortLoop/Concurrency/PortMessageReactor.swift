@@ -6,8 +6,25 @@ import Glibc
 import Musl
 #endif
 
-/// How a parked consumer is resumed: with its port's next message, or nil when its iteration ends.
-typealias MessageContinuation = CheckedContinuation<ReceivedMessage?, Never>
+/// What a consumer that asked to be parked is resumed with.
+enum ParkOutcome: Sendable {
+    /// Its port's next message.
+    case message(ReceivedMessage)
+    /// Its iteration ended (the task was cancelled); the port is destroyed.
+    case ended
+    /// It could not be parked; it polls its port and tries again (see ``PortMessages``).
+    case failed(ParkFailure)
+}
+
+/// How a parked consumer is resumed.
+typealias MessageContinuation = CheckedContinuation<ParkOutcome, Never>
+
+/// Why a consumer could not be parked: which call failed, and its error.
+struct ParkFailure: Error, Sendable, CustomStringConvertible {
+    let call: String
+    let error: PortError
+    var description: String { "\(call) failed: \(error)" }
+}
 
 /// The one thread that waits for messages on behalf of every ``PortMessages`` consumer with nothing to read:
 /// PortLoop's counterpart of libdispatch's manager thread, which serves every Mach receive source on Darwin.
@@ -27,6 +44,10 @@ typealias MessageContinuation = CheckedContinuation<ReceivedMessage?, Never>
 /// queue until the consumer asks for them (senders are held back by the queue limit, as in Mach) and a
 /// cancelled consumer can destroy its port at once. The thread and its port set exist only while someone
 /// waits, plus a short linger so that a busy consumer does not start a thread per message.
+///
+/// Parking fails when the port set or the thread cannot be made (descriptors or threads exhausted); the
+/// consumer is told at once, synchronously, and retries on its own (see ``PortMessages``). The thread is
+/// started before any waiter joins its set, so a waiter that was parked always has a thread to resume it.
 final class PortMessageReactor: @unchecked Sendable {
     /// The process's reactor.
     static let shared = PortMessageReactor()
@@ -48,11 +69,14 @@ final class PortMessageReactor: @unchecked Sendable {
         let wakeUpName: PortName
         let wakeUpSender: PortSendRight
 
-        init() throws(PortError) {
-            set = try PortSet()
+        init() throws(ParkFailure) {
+            do { set = try PortSet() } catch { throw ParkFailure(call: "PortSet()", error: error) }
             // Queue limit 1: wake-ups coalesce, as the run loop's do.
-            let port = try PortReceiveRight(queueLimit: 1, maxMessageSize: 1)
-            try set.insert(port)
+            let port: PortReceiveRight
+            do { port = try PortReceiveRight(queueLimit: 1, maxMessageSize: 1) } catch {
+                throw ParkFailure(call: "PortReceiveRight(queueLimit: 1, maxMessageSize: 1)", error: error)
+            }
+            do { try set.insert(port) } catch { throw ParkFailure(call: "PortSet.insert", error: error) }
             wakeUpName = port.name
             wakeUpSender = port.makeSendRight()
             wakeUpPort = port
@@ -71,38 +95,49 @@ final class PortMessageReactor: @unchecked Sendable {
     /// How many consumers are parked now.
     var waiterCount: Int { lock.withLock { waiters.count } }
 
-    /// Parks a consumer until its port receives. On failure (no descriptors or threads left) the
-    /// continuation is resumed with nil at once, which ends the consumer's iteration.
-    func wait(for port: OpaquePointer, name: PortName, continuation: MessageContinuation) {
+    /// Tests only: while set, every park asks it first, and an error it returns fails that park as if the
+    /// waiting port set could not be made. Guarded by `lock`; production parks pay one nil check there.
+    private var sessionFailureForTesting: (@Sendable (PortName) -> PortError?)?
+    /// Tests only: while set, a waiting thread about to start asks it first, and an errno it returns fails
+    /// the start as `pthread_create` would. Guarded by `lock`.
+    private var threadStartFailureForTesting: (@Sendable () -> Int32?)?
+
+    func setSessionFailureForTesting(_ hook: (@Sendable (PortName) -> PortError?)?) {
+        lock.withLock { sessionFailureForTesting = hook }
+    }
+
+    func setThreadStartFailureForTesting(_ hook: (@Sendable () -> Int32?)?) {
+        lock.withLock { threadStartFailureForTesting = hook }
+    }
+
+    /// Parks a consumer until its port receives: its continuation is resumed with the port's next message,
+    /// or by ``cancelWait(for:)``'s caller.
+    /// - Throws: which call failed, when the waiting port set or thread cannot be made or the port cannot
+    ///   join the set (descriptors or threads exhausted); the continuation is then left to the caller.
+    func wait(for port: OpaquePointer, name: PortName, continuation: MessageContinuation) throws(ParkFailure) {
         lock.lock()
+        defer { lock.unlock() }
         precondition(waiters[name] == nil, "PortMessages: next() called from two tasks at once; iterate from one")
-        var started: Session?
+        if let hook = sessionFailureForTesting, let error = hook(name) {
+            throw ParkFailure(call: "PortSet()", error: error)
+        }
         let session: Session
         if let current = self.session {
             session = current
         } else {
-            do throws(PortError) {
-                session = try Session()
-            } catch {
-                lock.unlock()
-                PortRunLoop.logError("PortMessages: cannot create the waiting port set: \(error)")
-                continuation.resume(returning: nil)
-                return
-            }
+            session = try Session()
+            // Started under the lock, before any waiter joins: if it cannot start, nobody was parked on it.
+            // (It takes the lock first thing, so it waits for this call to finish.)
+            try startThread(session)
             self.session = session
-            started = session
         }
         let status = pl_port_set_insert(session.set.set, port)
         guard status == PL_OK else {
-            if started != nil { self.session = nil }
-            lock.unlock()
-            PortRunLoop.logError("PortMessages: cannot wait on \(name): \(PortError.Code(status))")
-            continuation.resume(returning: nil)
-            return
+            // A session started for this waiter lingers and ends on its own.
+            throw ParkFailure(call: "pl_port_set_insert",
+                              error: PortError.from(status, operation: "pl_port_set_insert") ?? .invalidName)
         }
         waiters[name] = Waiter(port: port, continuation: continuation)
-        lock.unlock()
-        if let started { startThread(started) }
     }
 
     /// Takes a parked consumer out, returning its continuation for the caller to resume; nil if it is not
@@ -121,11 +156,15 @@ final class PortMessageReactor: @unchecked Sendable {
 
     // MARK: - The waiting thread
 
-    private func startThread(_ session: Session) {
+    /// Starts the waiting thread of a new session; with the lock held.
+    private func startThread(_ session: Session) throws(ParkFailure) {
         final class Context {
             let reactor: PortMessageReactor
             let session: Session
             init(_ reactor: PortMessageReactor, _ session: Session) { self.reactor = reactor; self.session = session }
+        }
+        if let hook = threadStartFailureForTesting, let errno = hook() {
+            throw ParkFailure(call: "pthread_create", error: .systemCallFailed(errno: errno))
         }
         let context = Unmanaged.passRetained(Context(self, session)).toOpaque()
         var attributes = pthread_attr_t()
@@ -142,20 +181,9 @@ final class PortMessageReactor: @unchecked Sendable {
         }, context)
         pthread_attr_destroy(&attributes)
         guard rc != 0 else { return }
-
-        // No thread: nobody will ever resume the waiters, so end their iterations now.
         runningThreads.subtract(1, ordering: .relaxed)
-        Unmanaged<Context>.fromOpaque(context).release()
-        PortRunLoop.logError("PortMessages: cannot start the waiting thread: errno \(rc)")
-        let stranded = lock.withLock { () -> [Waiter] in
-            guard self.session === session else { return [] }
-            let stranded = Array(waiters.values)
-            for waiter in stranded { pl_port_set_extract(session.set.set, waiter.port) }
-            waiters.removeAll()
-            self.session = nil
-            return stranded
-        }
-        for waiter in stranded { waiter.continuation.resume(returning: nil) }
+        Unmanaged<Context>.fromOpaque(context).release() // the thread never took it
+        throw ParkFailure(call: "pthread_create", error: .systemCallFailed(errno: rc))
     }
 
     /// The thread's body: hands each message to its port's waiter until nobody has waited for a while.
@@ -190,7 +218,7 @@ final class PortMessageReactor: @unchecked Sendable {
             }
             // No waiter: it was cancelled after this message was taken, and its port is being destroyed; the
             // message goes the way of the port's other queued messages.
-            waiter?.continuation.resume(returning: message)
+            waiter?.continuation.resume(returning: .message(message))
         }
     }
 }

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// A port's messages as an `AsyncSequence`: the `async` counterpart of receiving in a loop with
 /// `mach_msg(MACH_RCV_MSG)`, as a Mach receive source (`DISPATCH_SOURCE_TYPE_MACH_RECV`) provides on Darwin.
 ///
@@ -19,6 +21,13 @@
 /// try sender.send(id: 1)
 /// consumer.cancel() // ends the loop and destroys the port
 /// ```
+///
+/// The iteration ends only when the consuming task is cancelled or the sequence is released; never while
+/// the port lives. If the consumer cannot be parked because descriptors or threads have run out (the
+/// waiting thread's port set or the thread itself cannot be made), it logs that once (which call failed,
+/// and why), then polls its port with a backoff (1 ms, doubling to 100 ms, in a cancellable `Task.sleep`)
+/// and tries to park again each time; messages that arrive meanwhile are taken, in order, by those polls.
+/// The next successful park ends the episode, and a later failure is logged again.
 ///
 /// Iterate from one task at a time: two concurrent `next()` calls stop the program, as `AsyncStream` does.
 public struct PortMessages: AsyncSequence, Sendable {
@@ -56,7 +65,7 @@ public struct PortMessages: AsyncSequence, Sendable {
         let storage: Storage
 
         /// The next message, waiting for one if the port is empty; nil once the consuming task is cancelled
-        /// (the port is then destroyed).
+        /// (the port is then destroyed). Never nil otherwise: see "ends only" in ``PortMessages``.
         public mutating func next(isolation actor: isolated (any Actor)? = #isolation) async -> ReceivedMessage? {
             await storage.next(isolation: actor)
         }
@@ -73,6 +82,14 @@ public struct PortMessages: AsyncSequence, Sendable {
         private let lock = PThreadLock()
         /// The port, until the iteration ends; guarded by `lock`.
         private var port: PortReceiveRight?
+        /// While parking fails: the sleep before the next attempt. nil while parking works. Guarded by `lock`.
+        private var retryDelay: Duration?
+        /// Park failure episodes logged, for tests: one per run of failures.
+        let failureEpisodes = Atomic<Int>(0)
+
+        /// The first pause after a failed park, and the longest, between which the pause doubles.
+        static let firstRetryDelay = Duration.milliseconds(1)
+        static let maxRetryDelay = Duration.milliseconds(100)
 
         init(port: consuming PortReceiveRight) {
             name = port.name
@@ -88,27 +105,62 @@ public struct PortMessages: AsyncSequence, Sendable {
         }
 
         func next(isolation actor: isolated (any Actor)?) async -> ReceivedMessage? {
-            let port: OpaquePointer
-            switch poll() {
-            case let .message(message): return message
-            case .finished: return nil
-            case let .empty(pointer): port = pointer
-            }
-            // A checked continuation, not an unsafe one: parking is the slow path (the port was empty), where
-            // misuse detection costs nothing that matters. It also keeps ThreadSanitizer quiet about a known
-            // false positive (swiftlang/swift#57803): when the waiting thread resumes the continuation before
-            // this task reaches its await, the runtime synchronises through an atomic TSan cannot see, and
-            // UnsafeContinuation.resume, inlined here, would be reported racing with the resumed task.
-            let message = await withTaskCancellationHandler(operation: {
-                await withCheckedContinuation(isolation: actor) { continuation in
-                    park(port, continuation)
+            while true {
+                let port: OpaquePointer
+                switch poll() {
+                case let .message(message): return message
+                case .finished: return nil
+                case let .empty(pointer): port = pointer
                 }
-            }, onCancel: {
-                cancel()
-            }, isolation: actor)
-            // Nil means cancelled, or the wait could not be set up; either way the iteration is over.
-            if message == nil { finish() }
-            return message
+                // A checked continuation, not an unsafe one: parking is the slow path (the port was empty),
+                // where misuse detection costs nothing that matters. It also keeps ThreadSanitizer quiet about a
+                // known false positive (swiftlang/swift#57803): when the waiting thread resumes the continuation
+                // before this task reaches its await, the runtime synchronises through an atomic TSan cannot
+                // see, and UnsafeContinuation.resume, inlined here, would be reported racing with the task.
+                let outcome = await withTaskCancellationHandler(operation: {
+                    await withCheckedContinuation(isolation: actor) { continuation in
+                        park(port, continuation)
+                    }
+                }, onCancel: {
+                    cancel()
+                }, isolation: actor)
+                switch outcome {
+                case let .message(message):
+                    return message
+                case .ended:
+                    finish()
+                    return nil
+                case let .failed(failure):
+                    // The port lives and keeps its messages: pause, then poll it and try to park again.
+                    do {
+                        try await Task.sleep(for: backOff(after: failure))
+                    } catch {
+                        cancel()
+                        return nil
+                    }
+                }
+            }
+        }
+
+        /// The pause before the next attempt after a failed park; logs the first failure of an episode.
+        private func backOff(after failure: ParkFailure) -> Duration {
+            let (delay, first) = lock.withLock { () -> (Duration, Bool) in
+                guard let previous = retryDelay else {
+                    retryDelay = Self.firstRetryDelay
+                    return (Self.firstRetryDelay, true)
+                }
+                let next = Swift.min(previous * 2, Self.maxRetryDelay)
+                retryDelay = next
+                return (next, false)
+            }
+            if first {
+                failureEpisodes.add(1, ordering: .relaxed)
+                PortRunLoop.logError("""
+                    PortMessages: cannot wait for messages on \(name): \(failure); polling the port with a backoff \
+                    of up to \(Self.maxRetryDelay) until waiting works again
+                    """)
+            }
+            return delay
         }
 
         /// Takes a queued message, if any. The lock keeps `cancel()` from destroying the port meanwhile.
@@ -134,17 +186,24 @@ public struct PortMessages: AsyncSequence, Sendable {
             }
         }
 
-        /// Parks the consumer in the reactor, unless cancellation came first.
+        /// Parks the consumer in the reactor, unless cancellation came first; resumes it with the failure if
+        /// it cannot be parked.
         private func park(_ pointer: OpaquePointer, _ continuation: MessageContinuation) {
             lock.lock()
             guard port != nil else {
                 lock.unlock()
-                continuation.resume(returning: nil)
+                continuation.resume(returning: .ended)
                 return
             }
             // With the lock held, so that a concurrent cancel() finds the waiter registered and takes it out.
-            PortMessageReactor.shared.wait(for: pointer, name: name, continuation: continuation)
-            lock.unlock()
+            do throws(ParkFailure) {
+                try PortMessageReactor.shared.wait(for: pointer, name: name, continuation: continuation)
+                retryDelay = nil // parked: a failure episode, if any, is over
+                lock.unlock()
+            } catch {
+                lock.unlock()
+                continuation.resume(returning: .failed(error))
+            }
         }
 
         /// The task was cancelled: end the iteration now, destroying the port, and resume a parked consumer.
@@ -156,7 +215,7 @@ public struct PortMessages: AsyncSequence, Sendable {
                 port = nil
                 return parked
             }
-            parked?.resume(returning: nil)
+            parked?.resume(returning: .ended)
         }
 
         private func finish() {

@@ -28,6 +28,22 @@ import DequeModule
 ///
 /// Jobs never run re-entrantly: if a job runs the loop again (a nested run), the jobs queued meanwhile
 /// wait until that job has returned, so an actor's jobs stay strictly one at a time.
+///
+/// **When the loop's thread ends.** A job is a promise that a suspended task will resume, so none may be
+/// dropped silently:
+/// - On a ``RunLoopThread``'s loop, ``RunLoopThread/stop()`` runs every job queued before the thread exits,
+///   on every executor of the loop, including jobs that those jobs enqueue meanwhile (a call chain between
+///   two actors finishes). When no job, block or signalled source is left, the thread *closes* the loop's
+///   executors, all in one step, and exits.
+/// - A plain thread's loop cannot be kept running: when that thread exits, the executor closes, and jobs
+///   still queued (or queued in modes the stopping thread does not run) can never run; that is logged as an
+///   error naming the executor, the thread and the count. Keep such a thread running its loop until its
+///   actors are done.
+/// - A job enqueued on a closed executor **stops the program** (`preconditionFailure`, naming the executor
+///   and its loop's thread), as SwiftNIO does for a task scheduled on an event loop that has shut down: the
+///   job could never run, so its caller would wait forever, and a trap at the enqueue shows which call it
+///   was. This is a programming error: an actor was used after its thread was stopped (typically a task
+///   that was suspended elsewhere, for a sleep or another actor, across the stop, and came back).
 public final class RunLoopSerialExecutor: SerialExecutor, @unchecked Sendable, CustomStringConvertible {
     /// The loop whose thread runs the jobs.
     public let loop: PortRunLoop
@@ -38,8 +54,11 @@ public final class RunLoopSerialExecutor: SerialExecutor, @unchecked Sendable, C
     private let lock = PThreadLock()
     /// Jobs waiting for the loop; guarded by `lock`.
     private var pending = Deque<UnownedJob>()
-    /// Set once the source has left the loop (its thread exited); guarded by `lock`.
-    private var detached = false
+    /// Set once jobs can no longer run: the loop's thread drained and closed its executors, or exited. A job
+    /// enqueued from then on stops the program. Guarded by `lock`.
+    private var closed = false
+    /// Set when the source has left the loop with its thread; guarded by `lock`.
+    private var sourceLeft = false
 
     // Touched only on the loop's thread.
     /// The jobs being run; swapped with `pending` so that neither buffer is reallocated in steady state.
@@ -52,7 +71,8 @@ public final class RunLoopSerialExecutor: SerialExecutor, @unchecked Sendable, C
     ///   - loop: the loop whose thread runs the jobs.
     ///   - modes: the modes in which jobs run; `.common` (the default) means every common mode.
     ///   - order: the source's order among the loop's Source0s (`CFRunLoopSourceGetOrder`).
-    /// - Throws: ``RunLoopError/threadExited`` if the loop's thread has exited.
+    /// - Throws: ``RunLoopError/threadExited`` if the loop's thread has exited, or is a ``RunLoopThread``
+    ///   that has run its last jobs and is exiting.
     public init(loop: PortRunLoop, modes: [PortRunLoop.Mode] = [.common], order: Int = 0) throws(RunLoopError) {
         self.loop = loop
         self.modes = modes
@@ -64,6 +84,8 @@ public final class RunLoopSerialExecutor: SerialExecutor, @unchecked Sendable, C
         }
         box.executor = self
         do {
+            // Before the source is added: a loop that closed its executors has no thread left to run jobs.
+            try LoopExecutorRegistry.register(self)
             for mode in modes { try loop.add(source, mode: mode) }
         } catch {
             source.invalidate()
@@ -77,17 +99,20 @@ public final class RunLoopSerialExecutor: SerialExecutor, @unchecked Sendable, C
     }
 
     /// Queues a job to run on the loop's thread (`SerialExecutor.enqueue`). Safe from any thread.
+    ///
+    /// Stops the program (`preconditionFailure`) if the executor is closed: its loop's thread has exited, or
+    /// is a ``RunLoopThread`` that has run its last jobs and is exiting. Such a job could never run and its
+    /// caller would wait forever; see "When the loop's thread ends" in the type's description.
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         lock.lock()
+        guard !closed else {
+            lock.unlock()
+            refuseJob()
+        }
         pending.append(job)
         let first = pending.count == 1
-        let gone = detached
         lock.unlock()
-        if gone {
-            PortRunLoop.logError("RunLoopSerialExecutor: job enqueued after the loop's thread exited; it will never run")
-            return
-        }
         // Only the empty → non-empty transition needs a signal: a non-empty queue is already signalled, or is
         // being drained and will be signalled again by the drain.
         if first {
@@ -124,6 +149,16 @@ public final class RunLoopSerialExecutor: SerialExecutor, @unchecked Sendable, C
     /// How many jobs are waiting for the loop.
     public var pendingJobCount: Int { lock.withLock { pending.count } }
 
+    /// Whether the executor takes no more jobs (its loop's thread has exited or is exiting), for tests.
+    var isClosed: Bool { lock.withLock { closed } }
+
+    /// Stops the program for a job that arrived after the executor closed.
+    private func refuseJob() -> Never {
+        preconditionFailure("\(self) received a job after its loop's thread \(loop.threadID) exited (or, as a "
+            + "stopped RunLoopThread, ran its last jobs and began to exit): the job can never run, and the task "
+            + "awaiting it would never resume. An actor on this executor was used after its thread was stopped.")
+    }
+
     public var description: String {
         "RunLoopSerialExecutor(loop thread \(loop.threadID), modes: \(modes), pending: \(pendingJobCount))"
     }
@@ -154,15 +189,37 @@ public final class RunLoopSerialExecutor: SerialExecutor, @unchecked Sendable, C
         }
     }
 
-    /// The source's cancel callout: the loop dropped it (its thread exited, or the executor was released).
+    /// The source's cancel callout, once per mode it was in: the loop dropped it because its thread exited
+    /// (when the executor is released, the callout finds no executor). Jobs still queued can never run.
     private func sourceLeftLoop() {
-        let stranded = lock.withLock { () -> Int in
-            detached = true
-            return pending.count
+        let (stranded, first) = lock.withLock { () -> (Int, Bool) in
+            closed = true
+            defer { sourceLeft = true }
+            return (pending.count, !sourceLeft)
         }
-        if stranded > 0 {
-            PortRunLoop.logError("RunLoopSerialExecutor: the loop left with \(stranded) jobs queued; they will never run")
+        if first && stranded > 0 {
+            loop.logError("""
+                \(self): the loop's thread \(loop.threadID) exited with \(stranded) jobs queued; they can never \
+                run, and the tasks awaiting them will never resume. Keep the thread running its loop until its \
+                actors are done, or use a RunLoopThread, whose stop() runs them first.
+                """)
         }
+    }
+
+    /// Closes `executors`, all of one loop, if none that runs jobs in `mode` has a job queued (or whatever is
+    /// queued, with `force`); returns whether it did. Holding every lock at once makes the check and the
+    /// closing one step for enqueuers on any of them. Called with the registry's lock held.
+    static func closeAll(_ executors: [RunLoopSerialExecutor], ifIdleIn mode: PortRunLoop.Mode, modeIsCommon: Bool,
+                         force: Bool) -> Bool {
+        for executor in executors { executor.lock.lock() }
+        defer { for executor in executors { executor.lock.unlock() } }
+        if !force {
+            for executor in executors where !executor.pending.isEmpty {
+                if executor.modes.contains(mode) || (modeIsCommon && executor.modes.contains(.common)) { return false }
+            }
+        }
+        for executor in executors { executor.closed = true }
+        return true
     }
 }
 

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// A value handed once from one thread to another that waits for it: the outcome of a block queued on a
 /// loop's thread (`performSelector:onThread:…waitUntilDone:YES`), or a new thread's start-up report.
 ///
@@ -7,6 +9,8 @@
 ///
 /// On ``MonotonicCondition`` (a pthread mutex and condition), not `Synchronization.Mutex`, so ThreadSanitizer
 /// sees it (SPEC §8).
+///
+/// ``AsyncCompletion`` is the same for a waiter that is a suspended task rather than a blocked thread.
 final class Completion<Value: Sendable>: @unchecked Sendable {
     private let condition = MonotonicCondition()
     /// nil while pending; `.some(nil)` when dropped unrun; `.some(value)` when finished. Guarded by `condition`.
@@ -47,5 +51,29 @@ final class Completion<Value: Sendable>: @unchecked Sendable {
         let completion: Completion<Value>
         init(_ completion: Completion<Value>) { self.completion = completion }
         deinit { completion.abandon() }
+    }
+}
+
+/// A value handed once to a suspended task: the outcome of a block queued on a loop's thread for an `async`
+/// caller, which must not block a thread of the cooperative pool as ``Completion/wait()`` would.
+///
+/// Capture it in the queued closure, as a ``Completion/Sentinel``: the block resumes the task with its value;
+/// if the loop drops the block unrun (its thread exited), the release of the closure resumes the task with
+/// nil. Either way the continuation is resumed exactly once.
+final class AsyncCompletion<Value: Sendable>: Sendable {
+    private let continuation: CheckedContinuation<Value?, Never>
+    private let resumed = Atomic<Bool>(false)
+
+    init(_ continuation: CheckedContinuation<Value?, Never>) { self.continuation = continuation }
+
+    /// Resumes the task with the value, unless it was resumed already.
+    func finish(_ value: Value) {
+        guard !resumed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        continuation.resume(returning: value)
+    }
+
+    deinit {
+        // Released without a value: the work will never run.
+        if !resumed.exchange(true, ordering: .acquiringAndReleasing) { continuation.resume(returning: nil) }
     }
 }

@@ -10,7 +10,8 @@ import Synchronization
 /// `performSelector:onThread:withObject:waitUntilDone:`.
 ///
 /// The thread runs the default mode; tasks run in the common modes, FIFO, between the loop's other work.
-/// Add your own sources, timers and observers to ``loop`` from any thread.
+/// Add your own sources, timers and observers to ``loop`` from any thread, and actors through a
+/// ``RunLoopSerialExecutor`` on ``loop``: ``stop()`` runs their queued jobs before the thread ends.
 ///
 /// The thread does not keep this object alive: when the last reference goes, the loop is stopped and the
 /// thread joined (or, if that last reference went on the thread itself, left to finish on its own). The seeds'
@@ -20,6 +21,7 @@ import Synchronization
 /// let worker = try RunLoopThread(name: "worker")
 /// try worker.execute { print("on", worker.name) }
 /// let sum = try worker.executeAndWait { 1 + 2 }   // 3, computed on the worker
+/// let product = try await worker.run { 2 * 3 }   // 6, without blocking the awaiting task's thread
 /// worker.stop()                                   // ends the loop and joins the thread
 /// ```
 public final class RunLoopThread: Sendable, CustomStringConvertible {
@@ -98,10 +100,61 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
         }
     }
 
+    /// Runs a task on the thread and returns its value once it has run, suspending the calling task instead
+    /// of blocking its thread: the `async` form of ``executeAndWait(_:)``, safe to await from the
+    /// cooperative pool. Tasks run FIFO with those of ``execute(_:)``, in the loop's common modes.
+    ///
+    /// Named like `MainActor.run(resultType:body:)`, which it resembles (run this closure over there and
+    /// give me its value), rather than an `async` overload of ``execute(_:)``: in an `async` context Swift
+    /// prefers the `async` overload, which would turn every fire-and-forget `execute` call there into one
+    /// that waits.
+    ///
+    /// Called on the thread itself (from an actor whose ``RunLoopSerialExecutor`` is on ``loop``), the task
+    /// runs at once, as `MainActor.run` does on the main actor; waiting for a queued task would not deadlock
+    /// here, but would only add a round trip. Cancelling the calling task does not withdraw a queued task.
+    ///
+    /// ```swift
+    /// let sum = try await worker.run { 1 + 2 } // 3, computed on the worker; the caller's thread is free
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - isolation: the caller's actor, filled in by the compiler. The call runs there instead of hopping
+    ///     to the global executor (as a plain nonisolated `async` function would), which is how a caller on
+    ///     this thread is recognised.
+    ///   - task: the work; its value is returned.
+    /// - Throws: ``RunLoopThreadError/stopped`` once ``stop()`` was called, or if the thread exits before the
+    ///   task ran; ``RunLoopThreadError/failed(_:)`` with the task's error.
+    public func run<Value: Sendable, Failure: Error>(
+        isolation: isolated (any Actor)? = #isolation, _ task: @escaping @Sendable () throws(Failure) -> Value
+    ) async throws(RunLoopThreadError<Failure>) -> Value {
+        guard !core.isStopRequested else { throw .stopped }
+        let outcome: Result<Value, Failure>?
+        if loop.isCurrent {
+            outcome = Result { () throws(Failure) -> Value in try task() }
+        } else {
+            outcome = await loop.performAndResume(inModes: PortRunLoop.commonModesOnly, isolation: isolation, task)
+        }
+        switch outcome {
+        case let .success(value)?: return value
+        case let .failure(error)?: throw .failed(error)
+        case nil: throw .stopped // refused, or dropped unrun: the thread exited
+        }
+    }
+
     /// Ends the loop and joins the thread (the seeds' `stop`: `CFRunLoopStop` on the thread, then the thread
-    /// ends). Idempotent and safe from any thread. Tasks already queued run first; later ones are refused.
-    /// On the thread itself it cannot join: the loop ends once the current task and those queued before the
-    /// stop have run, and a later `stop()` from another thread, or the last release, joins the thread.
+    /// ends). Idempotent and safe from any thread.
+    ///
+    /// Tasks and executor jobs already queued run first: the stop is queued behind the tasks, and once it is
+    /// reached the thread keeps passing its loop, without sleeping, until no task, signalled source or job
+    /// of any ``RunLoopSerialExecutor`` of the loop is left, including jobs those jobs enqueue meanwhile.
+    /// Only then are the loop's executors closed and the thread ends, so every actor call queued before the
+    /// stop returns. Later tasks are refused with ``RunLoopThreadError/stopped``; a job enqueued on a closed
+    /// executor stops the program (see ``RunLoopSerialExecutor``). Work that keeps queueing more keeps the
+    /// thread, and this call, waiting.
+    ///
+    /// On the thread itself it cannot join: the loop ends once the current task and the work queued before
+    /// the stop have run, and a later `stop()` from another thread, or the last release, joins the thread.
+    /// From a task of the cooperative pool it blocks that thread until the work above is done.
     public func stop() {
         core.requestStop(loop)
         if !loop.isCurrent { core.join() }
@@ -127,7 +180,8 @@ extension RunLoopThread {
     final class Core: @unchecked Sendable {
         private let stopRequested = Atomic<Bool>(false)
         /// Set on the thread by the stop block; the thread's outer loop ends on it. Tasks queued before the
-        /// stop precede that block (blocks run FIFO), so they have all run by then.
+        /// stop precede that block (blocks run FIFO), so they have all run by then; executor jobs, which are
+        /// not blocks, are run by the drain that follows (``ThreadBody``).
         private let stopReached = Atomic<Bool>(false)
         private let finished = Atomic<Bool>(false)
         /// Guards `handle` and `joinState`; held across `pthread_join`, so that a second `stop()` returns only
@@ -223,6 +277,42 @@ extension RunLoopThread {
                 // only RunLoopThread.stop() ends a permanent thread.
                 if loop.run(mode: .default) == .finished { break }
             }
+            drain(loop)
+        }
+
+        /// After the stop: passes the loop without sleeping until no block, signalled source or executor job
+        /// that the default mode can run is left, then closes the loop's executors and returns.
+        ///
+        /// Executor jobs are why: they are not blocks queued ahead of the stop block but sit in each
+        /// executor's own queue, behind a signalled source, and a job may enqueue more (an actor calling
+        /// another). Checking and closing are one step under the executors' locks, so a job enqueued after
+        /// this check is either seen by it or refused by the closed executor; it is never left queued on an
+        /// executor whose thread has gone. Work that keeps coming (a job that always enqueues another) keeps
+        /// the thread draining.
+        private func drain(_ loop: PortRunLoop) {
+            while true {
+                if !loop.hasWorkToDrain(in: .default)
+                    && LoopExecutorRegistry.closeExecutors(of: loop, ifIdleIn: .default) { return }
+                if loop.run(mode: .default, timeout: .zero) == .finished && !loop.hasWorkToDrain(in: .default) {
+                    // Nothing left in the mode to run anything with (the keep-alive port is gone): jobs queued
+                    // now could never run here; close anyway, and the executors report them as the thread exits.
+                    _ = LoopExecutorRegistry.closeExecutors(of: loop, ifIdleIn: .default, force: true)
+                    return
+                }
+            }
+        }
+    }
+}
+
+extension PortRunLoop {
+    /// Whether a pass in `mode` would find something to run: a block for the mode or a signalled valid
+    /// version-0 source in it (an executor with jobs queued is one).
+    fileprivate func hasWorkToDrain(in mode: Mode) -> Bool {
+        lock.withLock {
+            guard let state = modes[mode] else { return false }
+            let modeIsCommon = commonModes.contains(mode)
+            if blocks.contains(where: { blockMatches($0, mode, modeIsCommon: modeIsCommon) }) { return true }
+            return state.sources0.contains { $0.isSignalled && $0.isValid }
         }
     }
 }

@@ -1,6 +1,7 @@
 /// Why a ``RunLoopThread`` did not run a task, or why the task did not return a value.
 ///
-/// Generic over the task's own error so that ``RunLoopThread/executeAndWait(_:)`` can rethrow it typed:
+/// Generic over the task's own error so that ``RunLoopThread/executeAndWait(_:)`` and ``RunLoopThread/run(isolation:_:)``
+/// can rethrow it typed:
 /// a task that cannot throw gives `RunLoopThreadError<Never>`, which has only the thread's own cases.
 public enum RunLoopThreadError<Failure: Error>: Error, CustomStringConvertible {
     /// The task threw this error.

@@ -1,0 +1,66 @@
+/// The ``RunLoopSerialExecutor``s of each loop, so that a stopping ``RunLoopThread`` can tell when no job of
+/// its loop is left and close all of that loop's executors in one step.
+///
+/// Why one step: jobs of one executor may enqueue jobs on another of the same loop. Closing them one at a
+/// time would close an idle executor that a job still queued on another is about to enqueue on, and that
+/// job would then be refused. Here every executor of the loop is checked and closed while their locks are
+/// all held, and a loop once closed takes no new executor.
+///
+/// Entries hold loops and executors weakly: an executor does not unregister (its deinit would take this
+/// lock from wherever its last reference goes), and entries of loops that are gone are pruned when an
+/// executor registers.
+enum LoopExecutorRegistry {
+    private final class Entry {
+        weak var loop: PortRunLoop?
+        var executors: [WeakReference] = []
+        /// Set when the loop's thread has drained and closed the executors; later ones are refused.
+        var closed = false
+        init(loop: PortRunLoop) { self.loop = loop }
+    }
+
+    private struct WeakReference {
+        weak var executor: RunLoopSerialExecutor?
+    }
+
+    private static let lock = PThreadLock()
+    nonisolated(unsafe) private static var entries: [ObjectIdentifier: Entry] = [:]
+
+    /// Records a new executor of `executor.loop`.
+    /// - Throws: ``RunLoopError/threadExited`` if the loop's thread has closed its executors (it is exiting).
+    static func register(_ executor: RunLoopSerialExecutor) throws(RunLoopError) {
+        let refused = lock.withLock { () -> Bool in
+            entries = entries.filter { $0.value.loop != nil }
+            let entry = entryLocked(for: executor.loop)
+            guard !entry.closed else { return true }
+            entry.executors.removeAll { $0.executor == nil }
+            entry.executors.append(WeakReference(executor: executor))
+            return false
+        }
+        if refused { throw .threadExited }
+    }
+
+    /// Closes every executor of `loop` if none that runs jobs in `mode` has a job queued; returns whether it
+    /// did. With `force`, closes them whatever is queued (the mode cannot run any more). Called on the loop's
+    /// thread between passes, so no job of the loop is running meanwhile.
+    static func closeExecutors(of loop: PortRunLoop, ifIdleIn mode: PortRunLoop.Mode, force: Bool = false) -> Bool {
+        // Read before any executor's lock is taken, so that no loop lock is taken under one.
+        let modeIsCommon = loop.commonModeNames.contains(mode)
+        return lock.withLock {
+            let entry = entryLocked(for: loop)
+            let executors = entry.executors.compactMap(\.executor)
+            guard RunLoopSerialExecutor.closeAll(executors, ifIdleIn: mode, modeIsCommon: modeIsCommon, force: force)
+            else { return false }
+            entry.closed = true
+            return true
+        }
+    }
+
+    /// The entry of a loop, made if missing (or if its key was left by a loop that is gone); with the lock held.
+    private static func entryLocked(for loop: PortRunLoop) -> Entry {
+        let key = ObjectIdentifier(loop)
+        if let entry = entries[key], entry.loop === loop { return entry }
+        let entry = Entry(loop: loop)
+        entries[key] = entry
+        return entry
+    }
+}
