@@ -176,7 +176,7 @@ extension PortMessagesTests {
         PortMessageReactor.shared.setSessionFailureForTesting { port in
             guard port == name, failing.current else { return nil }
             failures.withLock { $0 += 1 }
-            return .systemCallFailed(errno: EMFILE)
+            return .systemCallFailed(call: "epoll_create1", errno: EMFILE)
         }
         defer { PortMessageReactor.shared.setSessionFailureForTesting(nil) }
         let consumer = Task {
@@ -210,7 +210,7 @@ extension PortMessagesTests {
         PortMessageReactor.shared.setSessionFailureForTesting { port in
             guard port == name else { return nil }
             failures.withLock { $0 += 1 }
-            return .systemCallFailed(errno: EMFILE)
+            return .systemCallFailed(call: "epoll_create1", errno: EMFILE)
         }
         defer { PortMessageReactor.shared.setSessionFailureForTesting(nil) }
         let consumer = Task {

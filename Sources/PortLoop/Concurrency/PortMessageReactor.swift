@@ -164,7 +164,7 @@ final class PortMessageReactor: @unchecked Sendable {
             init(_ reactor: PortMessageReactor, _ session: Session) { self.reactor = reactor; self.session = session }
         }
         if let hook = threadStartFailureForTesting, let errno = hook() {
-            throw ParkFailure(call: "pthread_create", error: .systemCallFailed(errno: errno))
+            throw ParkFailure(call: "pthread_create", error: .systemCallFailed(call: "pthread_create", errno: errno))
         }
         let context = Unmanaged.passRetained(Context(self, session)).toOpaque()
         var attributes = pthread_attr_t()
@@ -183,7 +183,7 @@ final class PortMessageReactor: @unchecked Sendable {
         guard rc != 0 else { return }
         runningThreads.subtract(1, ordering: .relaxed)
         Unmanaged<Context>.fromOpaque(context).release() // the thread never took it
-        throw ParkFailure(call: "pthread_create", error: .systemCallFailed(errno: rc))
+        throw ParkFailure(call: "pthread_create", error: .systemCallFailed(call: "pthread_create", errno: rc))
     }
 
     /// The thread's body: hands each message to its port's waiter until nobody has waited for a while.
