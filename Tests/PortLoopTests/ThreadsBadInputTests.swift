@@ -14,6 +14,7 @@ struct ThreadsBadInputTests {
             #expect(throws: noModes) { try loop.perform(inModes: [], waitUntilDone: false) {} }
             #expect(throws: noModes) { try loop.perform(inModes: [], waitUntilDone: true) {} }
             #expect(throws: noModes) { _ = try RunLoopIdleQueue(loop: loop, modes: []) }
+            #expect(throws: noModes) { _ = try RunLoopSerialExecutor(loop: loop, modes: []) }
             #expect(throws: noModes) { _ = try RunLoopScopeHooks(loop: loop, modes: [], setUp: {}, tearDown: { _ in }) }
             #expect(throws: StallMonitorError.runLoop(noModes)) {
                 try RunLoopStallMonitor(loop: loop, threshold: .milliseconds(10), modes: []).start()

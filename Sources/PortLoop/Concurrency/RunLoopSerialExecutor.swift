@@ -71,9 +71,11 @@ public final class RunLoopSerialExecutor: SerialExecutor, @unchecked Sendable, C
     ///   - loop: the loop whose thread runs the jobs.
     ///   - modes: the modes in which jobs run; `.common` (the default) means every common mode.
     ///   - order: the source's order among the loop's Source0s (`CFRunLoopSourceGetOrder`).
-    /// - Throws: ``RunLoopError/threadExited`` if the loop's thread has exited, or is a ``RunLoopThread``
-    ///   that has run its last jobs and is exiting.
+    /// - Throws: ``RunLoopError/invalidArgument(argument:reason:)`` for an empty `modes`,
+    ///   ``RunLoopError/threadExited`` if the loop's thread has exited, or is a ``RunLoopThread`` that has run
+    ///   its last jobs and is exiting.
     public init(loop: PortRunLoop, modes: [PortRunLoop.Mode] = [.common], order: Int = 0) throws(RunLoopError) {
+        try PortRunLoop.Mode.validate(modes)
         self.loop = loop
         self.modes = modes
         // The loop holds the source and the source must not keep the executor alive (actors own their

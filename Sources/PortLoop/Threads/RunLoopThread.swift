@@ -33,17 +33,58 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
     let core: Core
 
     /// Starts a thread (`[[NSThread alloc] initWithBlock:]`, `-start`, `pthread_setname_np`) whose loop holds a
-    /// port source so that it never runs empty, and returns once the loop is ready for tasks.
-    /// - Parameter name: the thread's name, shown by debuggers and `top -H`.
-    /// - Throws: ``PortError/systemCallFailed(errno:)`` if the thread cannot be created, or the port layer's
-    ///   error if the keep-alive port or the loop's port set cannot be.
-    public init(name: String = "RunLoopThread") throws(PortError) {
+    /// port source so that it never runs empty, runs `mode` until stopped, and returns once the loop is ready
+    /// for tasks.
+    /// - Parameters:
+    ///   - name: the thread's name, shown by debuggers and `top -H`.
+    ///   - mode: the mode the thread runs; the default mode by default. Tasks run in the common modes and in
+    ///     this one.
+    /// - Throws: ``PortError/systemCallFailed(call:errno:)`` if the thread cannot be created, or the port
+    ///   layer's error if the keep-alive port or the loop's port set cannot be.
+    public convenience init(name: String = "RunLoopThread", mode: PortRunLoop.Mode = .default) throws(PortError) {
+        try self.init(name: name, mode: mode) { loop, isStopped in
+            while !isStopped() {
+                // `finished` would mean the keep-alive source is gone and the mode is empty; running again
+                // would spin, so end the thread instead. `stopped` from a task's own stop() just runs again:
+                // only RunLoopThread.stop() ends a permanent thread.
+                if loop.run(mode: mode) == .finished { break }
+            }
+        }
+    }
+
+    /// Starts a thread whose loop you run yourself: `body` is called on the new thread with its loop, and the
+    /// thread ends when `body` returns. Run the modes you want, with the timeouts you want, between work of
+    /// your own; `isStopped()` turns true once ``stop()`` has been called and the tasks queued before it have
+    /// run, and the stop also ends the loop's innermost run (`CFRunLoopStop`), so a body that runs until
+    /// stopped looks like this:
+    ///
+    /// ```swift
+    /// let worker = try RunLoopThread(name: "tracking") { loop, isStopped in
+    ///     while !isStopped() {
+    ///         loop.run(mode: "tracking", timeout: .milliseconds(100))
+    ///         flushStatistics()
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// The loop holds a keep-alive port in its common modes, as for the other initializer, and tasks run in
+    /// the common modes. When `body` returns, the queued tasks and executor jobs that the default mode can run
+    /// run first, as after a stop.
+    /// - Throws: as ``init(name:mode:)``.
+    public convenience init(name: String = "RunLoopThread",
+                            body: @escaping @Sendable (_ loop: PortRunLoop, _ isStopped: @escaping @Sendable () -> Bool) -> Void)
+        throws(PortError) {
+        try self.init(name: name, mode: .default, body: body)
+    }
+
+    private init(name: String, mode: PortRunLoop.Mode,
+                 body runBody: @escaping @Sendable (PortRunLoop, @escaping @Sendable () -> Bool) -> Void) throws(PortError) {
         self.name = name
-        core = Core()
+        core = Core(taskModes: mode == .default || mode == .common ? [.common] : [.common, mode])
         // Like the seeds' `[NSMachPort port]`: a port nobody sends to, only there to keep the mode non-empty.
         let keepAlive = try RunLoopPortSource(queueLimit: 1, maxMessageSize: 1) { _ in nil }
         let startup = Completion<Result<PortRunLoop, PortError>>()
-        let body = ThreadBody(name: name, core: core, keepAlive: keepAlive, startup: startup)
+        let body = ThreadBody(name: name, core: core, keepAlive: keepAlive, startup: startup, body: runBody)
         var handle = pthread_t()
         let rc = pthread_create(&handle, nil, { context in
             Unmanaged<ThreadBody>.fromOpaque(context!).takeRetainedValue().run()
@@ -78,7 +119,7 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
     ///   another thread takes effect may be dropped unrun.
     public func execute(_ task: @escaping @Sendable () -> Void) throws(RunLoopThreadError<Never>) {
         guard !core.isStopRequested else { throw .stopped }
-        do { try loop.performAndWakeUp(inModes: [.common], task) } catch { throw .stopped }
+        do { try loop.performAndWakeUp(inModes: core.taskModes, task) } catch { throw .stopped }
     }
 
     /// Runs a task on the thread and waits for it (`performSelector:onThread:withObject:waitUntilDone:YES`),
@@ -92,7 +133,7 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
         guard !loop.isCurrent else { throw .calledOnLoopThread }
         guard !core.isStopRequested else { throw .stopped }
         let outcome: Result<Value, Failure>?
-        do { outcome = try loop.performAndWait(inModes: [.common], task) } catch { throw .stopped }
+        do { outcome = try loop.performAndWait(inModes: core.taskModes, task) } catch { throw .stopped }
         switch outcome {
         case let .success(value)?: return value
         case let .failure(error)?: throw .failed(error)
@@ -132,7 +173,7 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
         if loop.isCurrent {
             outcome = Result { () throws(Failure) -> Value in try task() }
         } else {
-            outcome = await loop.performAndResume(inModes: PortRunLoop.commonModesOnly, isolation: isolation, task)
+            outcome = await loop.performAndResume(inModes: core.taskModes, isolation: isolation, task)
         }
         switch outcome {
         case let .success(value)?: return value
@@ -178,6 +219,8 @@ extension RunLoopThread {
     /// What the thread and the object share. The thread holds this (through ``ThreadBody``), so the object can
     /// go away while the thread runs.
     final class Core: @unchecked Sendable {
+        /// The modes tasks (and the stop) are queued for: the common modes, and the thread's own mode.
+        let taskModes: [PortRunLoop.Mode]
         private let stopRequested = Atomic<Bool>(false)
         /// Set on the thread by the stop block; the thread's outer loop ends on it. Tasks queued before the
         /// stop precede that block (blocks run FIFO), so they have all run by then; executor jobs, which are
@@ -192,6 +235,8 @@ extension RunLoopThread {
 
         enum JoinState { case joinable, joined, detached }
 
+        init(taskModes: [PortRunLoop.Mode]) { self.taskModes = taskModes }
+
         var isStopRequested: Bool { stopRequested.load(ordering: .acquiring) }
         var hasFinished: Bool { finished.load(ordering: .acquiring) }
         var hasReachedStop: Bool { stopReached.load(ordering: .acquiring) }
@@ -205,19 +250,19 @@ extension RunLoopThread {
         func requestStop(_ loop: PortRunLoop) {
             guard !stopRequested.exchange(true, ordering: .acquiringAndReleasing) else { return }
             // Throws only if the thread has exited already: then there is nothing to stop.
-            try? loop.performAndWakeUp(inModes: [.common]) { [self] in
+            try? loop.performAndWakeUp(inModes: taskModes) { [self] in
                 stopReached.store(true, ordering: .releasing)
-                Core.stopRuns(of: loop)
+                Core.stopRuns(of: loop, modes: taskModes)
             }
         }
 
         /// Stops the innermost run. If a task is running the loop itself (a nested run), that nested run is the
         /// one stopped, so the stop is queued again for the keep-alive run outside it, which picks it up at its
         /// next block point once the task returns.
-        private static func stopRuns(of loop: PortRunLoop) {
+        private static func stopRuns(of loop: PortRunLoop, modes: [PortRunLoop.Mode]) {
             loop.stop()
             if loop.lock.withLock({ loop.runDepth }) > 1 {
-                try? loop.performAndWakeUp(inModes: [.common]) { stopRuns(of: loop) }
+                try? loop.performAndWakeUp(inModes: modes) { stopRuns(of: loop, modes: modes) }
             }
         }
 
@@ -240,19 +285,22 @@ extension RunLoopThread {
         }
     }
 
-    /// What runs on the new thread: name it, give its loop the keep-alive port, report the loop, run until
-    /// asked to stop.
+    /// What runs on the new thread: name it, give its loop the keep-alive port, report the loop, run the body
+    /// (by default: the thread's mode until asked to stop), then drain.
     final class ThreadBody {
         let name: String
         let core: Core
         let keepAlive: RunLoopPortSource
         let startup: Completion<Result<PortRunLoop, PortError>>
+        let body: @Sendable (PortRunLoop, @escaping @Sendable () -> Bool) -> Void
 
-        init(name: String, core: Core, keepAlive: RunLoopPortSource, startup: Completion<Result<PortRunLoop, PortError>>) {
+        init(name: String, core: Core, keepAlive: RunLoopPortSource, startup: Completion<Result<PortRunLoop, PortError>>,
+             body: @escaping @Sendable (PortRunLoop, @escaping @Sendable () -> Bool) -> Void) {
             self.name = name
             self.core = core
             self.keepAlive = keepAlive
             self.startup = startup
+            self.body = body
         }
 
         func run() {
@@ -260,7 +308,7 @@ extension RunLoopThread {
             setCurrentThreadName(name)
             let loop = PortRunLoop.current
             do throws(RunLoopError) {
-                try loop.add(keepAlive, mode: .common)
+                for mode in core.taskModes { try loop.add(keepAlive, mode: mode) }
             } catch {
                 // A fresh loop and a fresh source: only the port layer can refuse (no descriptors, no memory).
                 if case let .portLayer(portError) = error {
@@ -271,12 +319,8 @@ extension RunLoopThread {
                 return
             }
             startup.finish(.success(loop))
-            while !core.hasReachedStop {
-                // `finished` would mean the keep-alive source is gone and the mode is empty; running again
-                // would spin, so end the thread instead. `stopped` from a task's own stop() just runs again:
-                // only RunLoopThread.stop() ends a permanent thread.
-                if loop.run(mode: .default) == .finished { break }
-            }
+            let core = self.core
+            body(loop) { core.hasReachedStop }
             drain(loop)
         }
 
