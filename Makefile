@@ -28,17 +28,14 @@ BENCH_SCRATCH ?= Benchmarks/.build-bench
 STRESS_DIR   ?= .build-stress
 DEMO_ARGS    ?=
 
-# libevent for the C stress program: the same libraries the package links (SPEC §8).
-LIBEVENT_CFLAGS = $(shell pkg-config --cflags libevent_core libevent_pthreads 2>/dev/null)
-LIBEVENT_LIBS   = $(shell pkg-config --libs libevent_core libevent_pthreads 2>/dev/null)
-# CShims/pl_main_queue.c calls libdispatch's main-queue hooks (SPEC §4): link the toolchain's libdispatch.
+# CShims/pl_main_queue.c calls libdispatch's main-queue hooks: link the toolchain's libdispatch.
 SWIFT_RUNTIME_DIR = $(shell d=$$(dirname "$$(readlink -f "$$(command -v $(SWIFT))")")/../lib/swift/linux; \
                       [ -d "$$d" ] && cd "$$d" && pwd)
 comma := ,
 DISPATCH_LIBS   = $(if $(SWIFT_RUNTIME_DIR),-L$(SWIFT_RUNTIME_DIR) -Wl$(comma)-rpath$(comma)$(SWIFT_RUNTIME_DIR) -ldispatch)
 STRESS_SOURCES  = Tests/CStress/pl_stress.c $(wildcard CShims/*.c)
-STRESS_CFLAGS   = -std=gnu11 -O1 -g -Wall -Wextra -pthread -ICShims/include -ICShims $(LIBEVENT_CFLAGS)
-STRESS_LIBS     = $(LIBEVENT_LIBS) $(DISPATCH_LIBS)
+STRESS_CFLAGS   = -std=gnu11 -O1 -g -Wall -Wextra -pthread -ICShims/include -ICShims
+STRESS_LIBS     = $(DISPATCH_LIBS)
 SANITIZE        = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 .PHONY: all deps build test leakcheck stress-valgrind bench-build bench bench-quick demo clean

@@ -16,22 +16,13 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
     ],
     targets: [
-        // libevent from the system: libevent_core plus libevent_pthreads (SPEC §8).
-        .systemLibrary(
-            name: "CLibevent",
-            path: "Sources/CLibevent",
-            pkgConfig: "libevent_core",
-            providers: [.apt(["libevent-dev", "pkg-config"])]
-        ),
         // The Mach stand-in: ports, port sets, messages, timed receive.
         .target(
             name: "CPortLoop",
-            dependencies: ["CLibevent"],
             path: "CShims",
             publicHeadersPath: "include",
-            // C files do not autolink the module map's libraries, so name them here too.
-            linkerSettings: [.linkedLibrary("event_core"), .linkedLibrary("event_pthreads"),
-                             .linkedLibrary("dispatch")]
+            // pl_main_queue.c calls libdispatch's hooks for CoreFoundation.
+            linkerSettings: [.linkedLibrary("dispatch")]
         ),
         .target(
             name: "PortLoop",

@@ -11,9 +11,6 @@
 #include <stdbool.h>
 #include <time.h>
 
-struct event;
-struct event_base;
-
 /* Payloads up to this size live inside the slot; larger ones are one malloc per message. */
 #define PL_INLINE_PAYLOAD 48u
 
@@ -40,7 +37,12 @@ typedef struct pl_membership {
     bool in_ready;
 } pl_membership_t;
 
+/* A live port's `magic`; cleared just before its memory is freed, so that debug builds catch a port used
+ * after that (assert) as long as the allocator has not reused the memory. */
+#define PL_PORT_MAGIC 0x506f7274u /* "Port" */
+
 struct pl_port {
+    uint32_t magic;
     pthread_mutex_t lock;
     pthread_cond_t receivers; /* direct receivers wait here for a message */
     pthread_cond_t senders;   /* senders wait here for room */
@@ -59,32 +61,60 @@ struct pl_port {
     pl_membership_t *memberships;
 };
 
-/* A descriptor member of a set. */
+/* A descriptor member of a set. Guarded by the set's lock; epoll knows it by `id` only. */
 typedef struct pl_fd_member {
     int fd;
-    struct event *event;
-    pl_port_set_t *set;
+    uint64_t id;              /* its epoll data: never reused within the set */
     bool ready;               /* in the set's ready-descriptor FIFO */
-    bool removed;             /* extracted; the libevent callback must not touch the lists */
     struct pl_fd_member *next_member;
     struct pl_fd_member *next_ready;
 } pl_fd_member_t;
+
+/* ---- the poller a set sleeps in (pl_poller.c) ---- */
+
+/* Most events one wait collects; more stay pending in epoll for the next one (members are level-triggered). */
+#define PL_POLL_MAX 32
+/* epoll data of the set's own descriptors; members' ids start above them. */
+#define PL_POLL_WAKE_ID 0u
+#define PL_POLL_TIMER_ID 1u
+#define PL_POLL_FIRST_MEMBER_ID 2u
+
+typedef struct pl_poller {
+    int epoll_fd;
+    int wake_fd;              /* eventfd, edge-triggered, never read: senders write it to wake the sleeper */
+    int timer_fd;             /* timerfd on CLOCK_MONOTONIC, armed only for timed receives */
+    bool timer_armed;         /* timer_fd is set for timer_deadline and has not fired; the polling thread's */
+    int64_t timer_deadline;
+} pl_poller_t;
+
+/* What one wait saw. */
+typedef struct pl_poll_result {
+    uint64_t ids[PL_POLL_MAX]; /* readable descriptor members, by id */
+    uint32_t count;
+    bool woken;                /* the wake-up eventfd was written */
+} pl_poll_result_t;
+
+/* Opens the three descriptors; PL_ERR_SYSTEM (with the failed call noted, errno kept) leaves none open. */
+pl_status_t pl_poller_open(pl_poller_t *poller);
+void pl_poller_close(pl_poller_t *poller);
+/* Wakes the thread sleeping in pl_poller_wait. */
+void pl_poller_wake(pl_poller_t *poller);
+/* Watches / stops watching a member descriptor. add: PL_ERR_INVALID_ARG for a descriptor epoll refuses. */
+pl_status_t pl_poller_add_fd(pl_poller_t *poller, int fd, uint64_t id);
+void pl_poller_remove_fd(pl_poller_t *poller, int fd);
+/* Sleeps until a wake-up, a readable member or `deadline` (INT64_MAX: none), or with `nonblocking` only
+ * collects what is ready. One thread at a time (the set's `polling` flag). */
+void pl_poller_wait(pl_poller_t *poller, int64_t deadline, bool nonblocking, pl_poll_result_t *result);
 
 struct pl_port_set {
     pthread_mutex_t lock;
     pthread_cond_t followers; /* receivers waiting while another thread loops the base */
     atomic_uint refs;
     bool dead;
-    struct event_base *base;
-    int wake_fd;              /* eventfd: senders write it to wake the thread looping the base */
-    struct event *wake_event;
-    int timer_fd;             /* timerfd on CLOCK_MONOTONIC, armed only for timed receives */
-    struct event *timer_event;
-    bool timer_armed;         /* timer_fd is set for timer_deadline and has not fired; leader only */
-    int64_t timer_deadline;
-    bool polling;             /* a thread is inside event_base_loop */
-    bool wake_edge_triggered; /* the base watches wake_fd edge-triggered (epoll): it is never read */
-    bool wake_pending;        /* wake_fd was written and not yet consumed */
+    pl_poller_t poller;       /* the polling thread's, but for wake_fd, which any sender writes */
+    bool polling;             /* a thread is inside pl_poller_wait */
+    bool wake_pending;        /* wake_fd was written and the sleeper has not seen it yet */
+    uint64_t next_fd_id;
     uint32_t sleeping_followers;
     uint32_t port_count, fd_count;
     pl_membership_t *members_head;
@@ -123,6 +153,10 @@ typedef struct pl_wake_list {
 /* With the port lock held: the port just became non-empty; queue it as ready in the set (set lock taken
  * inside) and note in wakes whom to wake. at_head puts it first (a too-large retry). */
 void pl_port_set_mark_ready_locked(pl_membership_t *m, bool at_head, pl_wake_list_t *wakes);
+
+/* With the port lock held: the port was emptied by a receive that did not come through this set; it leaves
+ * the set's ready FIFO (set lock taken inside), so that its next message queues it at the back. */
+void pl_port_set_mark_empty_locked(pl_membership_t *m);
 
 /* After unlocking: perform the wake-ups collected, release the set references they held. */
 void pl_wake_list_run(pl_wake_list_t *wakes);

@@ -7,6 +7,7 @@
  */
 #include "pl_internal.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@ pl_status_t pl_port_create(uint32_t qlimit, uint32_t max_msg_size, pl_port_t **o
 
     pl_port_t *port = calloc(1, sizeof *port);
     if (port == NULL) return PL_ERR_NO_MEMORY;
+    port->magic = PL_PORT_MAGIC;
     pl_mutex_init_adaptive(&port->lock);
     pl_cond_init_monotonic(&port->receivers);
     pl_cond_init_monotonic(&port->senders);
@@ -48,6 +50,7 @@ void pl_port_release_internal(pl_port_t *port) {
     pthread_cond_destroy(&port->receivers);
     pthread_cond_destroy(&port->senders);
     pthread_mutex_destroy(&port->lock);
+    port->magic = 0;
     free(port);
 }
 
@@ -59,6 +62,7 @@ static void pl_slot_dispose(pl_slot_t *slot) {
 
 pl_status_t pl_port_destroy(pl_port_t *port) {
     if (port == NULL) return PL_ERR_INVALID_ARG;
+    assert(port->magic == PL_PORT_MAGIC && "pl_port_destroy on a port whose memory was freed: destroyed twice?");
     pthread_mutex_lock(&port->lock);
     if (port->dead) {
         pthread_mutex_unlock(&port->lock);
@@ -100,7 +104,12 @@ pl_status_t pl_port_make_send(pl_port_t *port) {
 
 pl_status_t pl_port_release_send(pl_port_t *port) {
     if (port == NULL) return PL_ERR_INVALID_ARG;
-    atomic_fetch_sub_explicit(&port->send_rights, 1, memory_order_relaxed);
+    /* Take one right only if there is one: a release too many must not take the receive right's reference. */
+    unsigned rights = atomic_load_explicit(&port->send_rights, memory_order_relaxed);
+    do {
+        if (rights == 0) return PL_ERR_INVALID_NAME;
+    } while (!atomic_compare_exchange_weak_explicit(&port->send_rights, &rights, rights - 1,
+                                                    memory_order_relaxed, memory_order_relaxed));
     pl_port_release_internal(port);
     return PL_OK;
 }
@@ -342,6 +351,10 @@ pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, s
         status = PL_ERR_TIMED_OUT;
     } else {
         status = pl_port_dequeue_locked(port, out, buffer, capacity);
+        /* Emptied behind its sets' backs: out of their ready FIFOs, or it would keep an old turn there. */
+        if (status == PL_OK && port->count == 0) {
+            for (pl_membership_t *m = port->memberships; m != NULL; m = m->next_of_port) pl_port_set_mark_empty_locked(m);
+        }
     }
     /* Pass the baton: a message is still queued (more of them, or one too large for this receiver, which
      * leaves without it) and another receiver sleeps. */

@@ -1,84 +1,25 @@
 /*
- * pl_port_set.c — port sets: ports and descriptors waited on together, over one libevent event_base.
+ * pl_port_set.c — port sets: ports and descriptors waited on together, over one poller (pl_poller.c).
  *
- * The base holds the set's wake-up eventfd, its descriptor members and the receive timer. One receiving
- * thread at a time loops it (the leader); other receivers wait on the set's condition variable (the
+ * The poller holds the set's wake-up eventfd, its descriptor members and the receive timer. One receiving
+ * thread at a time sleeps in it (the leader); other receivers wait on the set's condition variable (the
  * followers) and one of them is signalled when the leader leaves or when work is left over for them.
  */
 #include "pl_internal.h"
 
 #include <errno.h>
-#include <event2/event.h>
-#include <event2/thread.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/timerfd.h>
-#include <unistd.h>
 
 /* A set looks at its descriptors at least this often while its ports are flooded, so that a busy port
  * cannot starve a descriptor member. */
 #define PL_FD_POLL_EVERY 64u
 
-/* ---- libevent set-up ------------------------------------------------------------------------------- */
-
-static pthread_once_t pl_libevent_once = PTHREAD_ONCE_INIT;
-static int pl_libevent_threads_ok = 0;
-
-/* libevent must be told to use pthreads before the first event_base exists (SPEC §8). */
-static void pl_libevent_init(void) { pl_libevent_threads_ok = evthread_use_pthreads() == 0; }
-
-/* The wake-up eventfd is edge-triggered (EV_ET) and never read when the backend can do that (epoll): each
- * write is an edge of its own, so the counter needs no draining and a wake-up costs the receiver no read(2).
- * (It would take 2^64 - 2 writes for the counter to fill up and a write to fail: centuries at millions of
- * wake-ups per second.) Another backend (poll, select: libevent's EVENT_NOEPOLL) reports it level-triggered,
- * and it must be read, or it would stay readable and every sleep would end at once. */
-static void pl_on_wake(evutil_socket_t fd, short what, void *arg) {
-    (void)what;
-    pl_port_set_t *set = arg;
-    if (!set->wake_edge_triggered) {
-        uint64_t value;
-        ssize_t n;
-        do { n = read(fd, &value, sizeof value); } while (n < 0 && errno == EINTR);
-    }
-    pthread_mutex_lock(&set->lock);
-    set->wake_pending = false;
-    pthread_mutex_unlock(&set->lock);
-}
-
-/* The receive timer expired: drain the timerfd. Ending event_base_loop(EVLOOP_ONCE) is the rest of its job. */
-static void pl_on_timer(evutil_socket_t fd, short what, void *arg) {
-    (void)what;
-    pl_port_set_t *set = arg;
-    uint64_t expirations;
-    ssize_t n;
-    do { n = read(fd, &expirations, sizeof expirations); } while (n < 0 && errno == EINTR);
-    set->timer_armed = false;
-}
-
-static void pl_on_fd_readable(evutil_socket_t fd, short what, void *arg) {
-    (void)fd; (void)what;
-    pl_fd_member_t *member = arg;
-    pl_port_set_t *set = member->set;
-    pthread_mutex_lock(&set->lock);
-    if (!member->removed && !member->ready) {
-        member->ready = true;
-        member->next_ready = NULL;
-        if (set->fd_ready_tail) set->fd_ready_tail->next_ready = member; else set->fd_ready_head = member;
-        set->fd_ready_tail = member;
-    }
-    pthread_mutex_unlock(&set->lock);
-}
-
 /* ---- lifetime -------------------------------------------------------------------------------------- */
 
 static void pl_port_set_free(pl_port_set_t *set) {
-    if (set->wake_event) event_free(set->wake_event);
-    if (set->timer_event) event_free(set->timer_event);
-    if (set->base) event_base_free(set->base);
-    if (set->wake_fd >= 0) close(set->wake_fd);
-    if (set->timer_fd >= 0) close(set->timer_fd);
+    pl_poller_close(&set->poller);
     pthread_cond_destroy(&set->followers);
     pthread_mutex_destroy(&set->lock);
     free(set);
@@ -87,35 +28,17 @@ static void pl_port_set_free(pl_port_set_t *set) {
 pl_status_t pl_port_set_create(pl_port_set_t **out_set) {
     if (out_set == NULL) return PL_ERR_INVALID_ARG;
     *out_set = NULL;
-    pthread_once(&pl_libevent_once, pl_libevent_init);
-    if (!pl_libevent_threads_ok) return PL_ERR_SYSTEM;
-
     pl_port_set_t *set = calloc(1, sizeof *set);
     if (set == NULL) return PL_ERR_NO_MEMORY;
+    pl_status_t status = pl_poller_open(&set->poller);
+    if (status != PL_OK) {
+        free(set); /* free keeps errno on glibc, as pl_last_system_call's caller needs */
+        return status;
+    }
     pl_mutex_init_adaptive(&set->lock);
     pl_cond_init_monotonic(&set->followers);
     atomic_init(&set->refs, 1);
-    set->wake_fd = -1;
-    set->timer_fd = -1;
-
-    /* Timed receives sleep on a timerfd of the set's own, a descriptor member of the base like the wake-up
-     * eventfd, set to the receive's absolute deadline on CLOCK_MONOTONIC: exact to the nanosecond, and armed
-     * only when a receive is timed and its deadline changed. libevent's own timers are not used: with the
-     * coarse clock they are off by 1-4 ms, and its precise timer (EVENT_BASE_FLAG_PRECISE_TIMER, SPEC §8)
-     * re-arms or disarms its timerfd on every dispatch, a system call on every sleep even without a timeout. */
-    set->base = event_base_new();
-    set->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    set->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (set->base == NULL || set->wake_fd < 0 || set->timer_fd < 0) { pl_port_set_free(set); return PL_ERR_SYSTEM; }
-    set->wake_edge_triggered = (event_base_get_features(set->base) & EV_FEATURE_ET) != 0;
-    set->wake_event = event_new(set->base, set->wake_fd,
-                                EV_READ | EV_PERSIST | (set->wake_edge_triggered ? EV_ET : 0), pl_on_wake, set);
-    set->timer_event = event_new(set->base, set->timer_fd, EV_READ | EV_PERSIST, pl_on_timer, set);
-    if (set->wake_event == NULL || set->timer_event == NULL || event_add(set->wake_event, NULL) != 0 ||
-        event_add(set->timer_event, NULL) != 0) {
-        pl_port_set_free(set);
-        return PL_ERR_SYSTEM;
-    }
+    set->next_fd_id = PL_POLL_FIRST_MEMBER_ID;
     *out_set = set;
     return PL_OK;
 }
@@ -131,11 +54,7 @@ void pl_port_set_release(pl_port_set_t *set) {
     pl_port_set_free(set);
 }
 
-static void pl_wake_fd_write(pl_port_set_t *set) {
-    uint64_t one = 1;
-    ssize_t n;
-    do { n = write(set->wake_fd, &one, sizeof one); } while (n < 0 && errno == EINTR);
-}
+static void pl_wake_fd_write(pl_port_set_t *set) { pl_poller_wake(&set->poller); }
 
 /* Removes every port membership. Lock order is port before set, so each is taken, the set unlocked,
  * and the port locked to unlink it; one that a port's destruction unlinked meanwhile is skipped. */
@@ -171,18 +90,17 @@ pl_status_t pl_port_set_destroy(pl_port_set_t *set) {
     if (wake_leader) set->wake_pending = true;
     bool wake_followers = set->sleeping_followers > 0;
     pl_fd_member_t *fds = set->fds;
+    for (pl_fd_member_t *f = fds; f != NULL; f = f->next_member) pl_poller_remove_fd(&set->poller, f->fd);
     set->fds = NULL;
     set->fd_ready_head = set->fd_ready_tail = NULL;
     set->fd_count = 0;
-    for (pl_fd_member_t *f = fds; f != NULL; f = f->next_member) f->removed = true;
     pthread_mutex_unlock(&set->lock);
 
     if (wake_leader) pl_wake_fd_write(set);
     if (wake_followers) pthread_cond_broadcast(&set->followers);
     pl_port_set_remove_all_ports(set);
-    while (fds != NULL) {
+    while (fds != NULL) { /* a leader's event for one of them finds no member by its id */
         pl_fd_member_t *next = fds->next_member;
-        event_free(fds->event); /* deletes it first, waiting out a callback running elsewhere */
         free(fds);
         fds = next;
     }
@@ -258,7 +176,7 @@ void pl_port_set_mark_ready_locked(pl_membership_t *m, bool at_head, pl_wake_lis
     pthread_mutex_lock(&set->lock);
     if (!set->dead && !m->in_ready) {
         pl_ready_push(set, m, at_head);
-        /* A leader in the base is woken first: it may be the only thread that will look. */
+        /* A leader in the poller is woken first: it may be the only thread that will look. */
         if (set->polling && !set->wake_pending) {
             set->wake_pending = true;
             set->wakes++;
@@ -268,6 +186,13 @@ void pl_port_set_mark_ready_locked(pl_membership_t *m, bool at_head, pl_wake_lis
             pl_wake_list_add(wakes, set, PL_WAKE_FOLLOWER);
         }
     }
+    pthread_mutex_unlock(&set->lock);
+}
+
+void pl_port_set_mark_empty_locked(pl_membership_t *m) {
+    pl_port_set_t *set = m->set;
+    pthread_mutex_lock(&set->lock);
+    pl_ready_remove(set, m);
     pthread_mutex_unlock(&set->lock);
 }
 
@@ -373,7 +298,6 @@ pl_status_t pl_port_set_insert_fd(pl_port_set_t *set, int fd) {
     pl_fd_member_t *member = calloc(1, sizeof *member);
     if (member == NULL) return PL_ERR_NO_MEMORY;
     member->fd = fd;
-    member->set = set;
 
     pl_status_t status = PL_OK;
     pthread_mutex_lock(&set->lock);
@@ -385,27 +309,21 @@ pl_status_t pl_port_set_insert_fd(pl_port_set_t *set, int fd) {
         }
     }
     if (status == PL_OK) {
-        /* event_add under the set lock is safe: libevent runs callbacks (which take this lock) without
-         * holding its own base lock. event_del is another matter; see pl_port_set_extract_fd. */
-        member->event = event_new(set->base, fd, EV_READ | EV_PERSIST, pl_on_fd_readable, member);
-        if (member->event == NULL) {
-            status = PL_ERR_NO_MEMORY;
-        } else if (event_add(member->event, NULL) != 0) {
-            status = PL_ERR_INVALID_ARG; /* epoll refuses it: e.g. a regular file */
-        } else {
+        /* Under the lock, so that the duplicate check and the registration are one step, and a leader reading
+         * this member's first event already finds it in the list (events are matched under this lock). */
+        member->id = set->next_fd_id++;
+        status = pl_poller_add_fd(&set->poller, fd, member->id);
+        if (status == PL_OK) {
             member->next_member = set->fds;
             set->fds = member;
             set->fd_count++;
         }
     }
-    /* A receiver waiting without the base (no descriptors until now) must come and watch this one. */
+    /* A receiver waiting without the poller (no descriptors until now) must come and watch this one. */
     bool wake_waiter = status == PL_OK && !set->polling && set->sleeping_followers > 0;
     pthread_mutex_unlock(&set->lock);
     if (wake_waiter) pthread_cond_signal(&set->followers);
-    if (status != PL_OK) {
-        if (member->event) event_free(member->event);
-        free(member);
-    }
+    if (status != PL_OK) free(member);
     return status;
 }
 
@@ -418,7 +336,9 @@ pl_status_t pl_port_set_extract_fd(pl_port_set_t *set, int fd) {
     pl_fd_member_t *member = *link;
     if (member != NULL) {
         *link = member->next_member;
-        member->removed = true;
+        /* Under the lock, so that the same number inserted again by another thread is not removed with it. A
+         * leader holding an event for this member finds no member by its id and drops the event. */
+        pl_poller_remove_fd(&set->poller, fd);
         set->fd_count--;
         if (member->ready) {
             pl_fd_member_t **r = &set->fd_ready_head, *prev = NULL;
@@ -429,8 +349,6 @@ pl_status_t pl_port_set_extract_fd(pl_port_set_t *set, int fd) {
     }
     pthread_mutex_unlock(&set->lock);
     if (member == NULL) return PL_ERR_NOT_IN_SET;
-    /* Outside the lock: event_del waits for a callback running in the leader, which takes the lock. */
-    event_free(member->event);
     free(member);
     return PL_OK;
 }
@@ -453,36 +371,29 @@ void pl_port_set_wake_stats(pl_port_set_t *set, uint64_t *out_sleeps, uint64_t *
 
 /* ---- receive --------------------------------------------------------------------------------------- */
 
-/* Runs the base once without the set lock: blocking until something happens or the deadline (INT64_MAX:
- * no timer), or just collecting what is ready (nonblocking). The caller has set `polling`. */
-static void pl_loop_base_unlocked(pl_port_set_t *set, int64_t deadline, bool nonblocking) {
-    if (nonblocking) {
-        /* NONBLOCK alone keeps looping while a level-triggered descriptor stays readable; with ONCE it
-         * returns after one round of callbacks. */
-        event_base_loop(set->base, EVLOOP_NONBLOCK | EVLOOP_ONCE);
-        return;
+/* Sleeps in the poller without the set lock until something happens or the deadline (INT64_MAX: no timer),
+ * or only collects what is ready (nonblocking); then takes the set lock and records what it saw: the wake-up
+ * seen, readable members queued as ready. Returns with the set lock held. The caller has set `polling`. */
+static void pl_poll_and_lock(pl_port_set_t *set, int64_t deadline, bool nonblocking) {
+    pl_poll_result_t result;
+    pl_poller_wait(&set->poller, deadline, nonblocking, &result);
+    pthread_mutex_lock(&set->lock);
+    if (result.woken) set->wake_pending = false;
+    for (uint32_t i = 0; i < result.count; i++) {
+        /* By id: a member removed since the event was read is simply not found. */
+        pl_fd_member_t *member = set->fds;
+        while (member != NULL && member->id != result.ids[i]) member = member->next_member;
+        if (member == NULL || member->ready) continue;
+        member->ready = true;
+        member->next_ready = NULL;
+        if (set->fd_ready_tail) set->fd_ready_tail->next_ready = member; else set->fd_ready_head = member;
+        set->fd_ready_tail = member;
     }
-    if (deadline != INT64_MAX) {
-        /* Armed already for this very deadline (a sleep that a message cut short, resumed): nothing to do. */
-        if (!set->timer_armed || set->timer_deadline != deadline) {
-            struct itimerspec at = { .it_value = pl_timespec_from_ns(deadline) };
-            timerfd_settime(set->timer_fd, TFD_TIMER_ABSTIME, &at, NULL);
-            set->timer_armed = true;
-            set->timer_deadline = deadline;
-        }
-    } else if (set->timer_armed) {
-        /* An untimed sleep after a timed one that ended early: disarm (which also clears an expiry not yet
-         * read), or it would wake this sleep. */
-        struct itimerspec off = { { 0, 0 }, { 0, 0 } };
-        timerfd_settime(set->timer_fd, 0, &off, NULL);
-        set->timer_armed = false;
-    }
-    event_base_loop(set->base, EVLOOP_ONCE);
 }
 
-/* Ends a nonblocking look at the base (set lock held). A waiter that found the base taken by it went back to
+/* Ends a nonblocking look at the poller (set lock held). A waiter that found the poller taken by it went back to
  * waiting as a follower, and a follower waits for the leader to hand over: with descriptors to watch and
- * nobody left in the base, one of them must look again and lead. */
+ * nobody left in the poller, one of them must look again and lead. */
 static void pl_end_nonblocking_poll_locked(pl_port_set_t *set) {
     set->polling = false;
     if (set->sleeping_followers > 0 && set->fd_count > 0) pthread_cond_signal(&set->followers);
@@ -529,12 +440,14 @@ pl_status_t pl_port_set_receive_batch(pl_port_set_t *set, pl_received_t *outs, u
     if (set == NULL || outs == NULL || count == NULL || max == 0) return PL_ERR_INVALID_ARG;
     if (capacity > 0 && buffer == NULL) return PL_ERR_INVALID_ARG;
 
+    bool counted = false;
+next_ready_port:
     pthread_mutex_lock(&set->lock);
     if (set->dead) { pthread_mutex_unlock(&set->lock); return PL_ERR_INVALID_NAME; }
     /* Descriptors first, and their periodic look under a flood: both are pl_port_set_receive's business. The
      * batch stops short of the receive that is due to look (counted as if it were full). */
     bool fd_look_due = false;
-    if (set->fd_count > 0) {
+    if (set->fd_count > 0 && !counted) {
         uint32_t room = PL_FD_POLL_EVERY - 1 - set->receives_since_fd_poll;
         fd_look_due = set->receives_since_fd_poll + 1 >= PL_FD_POLL_EVERY;
         if (!fd_look_due && max > room) max = room;
@@ -543,7 +456,8 @@ pl_status_t pl_port_set_receive_batch(pl_port_set_t *set, pl_received_t *outs, u
         pthread_mutex_unlock(&set->lock);
         return PL_ERR_TIMED_OUT;
     }
-    if (set->fd_count > 0) set->receives_since_fd_poll += max;
+    if (set->fd_count > 0 && !counted) set->receives_since_fd_poll += max;
+    counted = true;
     pl_membership_t *m = set->ready_head;
     pl_ready_remove(set, m);
     pl_port_t *port = m->port;
@@ -555,6 +469,13 @@ pl_status_t pl_port_set_receive_batch(pl_port_set_t *set, pl_received_t *outs, u
     uint32_t taken = 0, sender_wakes = 0;
     size_t used = 0;
     pthread_mutex_lock(&port->lock);
+    if (port->count == 0) {
+        /* Emptied by another receiver since it was queued as ready: the next ready port may hold messages. */
+        pthread_mutex_unlock(&port->lock);
+        pl_wake_list_run(&wakes);
+        pl_port_release_internal(port);
+        goto next_ready_port;
+    }
     while (taken < max && port->count > 0) {
         size_t offset = (used + 7) & ~(size_t)7;
         if (offset > capacity || port->ring[port->head].size > capacity - offset) break;
@@ -606,8 +527,7 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
             set->receives_since_fd_poll = 0;
             set->polling = true;
             pthread_mutex_unlock(&set->lock);
-            pl_loop_base_unlocked(set, 0, true);
-            pthread_mutex_lock(&set->lock);
+            pl_poll_and_lock(set, 0, true);
             pl_end_nonblocking_poll_locked(set);
         }
 
@@ -632,12 +552,13 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
 
         int64_t now = pl_now_ns();
         if (timeout_ns == 0 || now >= deadline) {
-            if (timeout_ns == 0 && !polled_once && set->fd_count > 0 && !set->polling) {
+            /* A poll, or a deadline that passed before this receive slept in the poller (1 ns, or a thread
+             * preempted): look at the descriptors once, as a leader's sleep would have. */
+            if (!polled_once && !was_leader && set->fd_count > 0 && !set->polling) {
                 polled_once = true;
                 set->polling = true;
                 pthread_mutex_unlock(&set->lock);
-                pl_loop_base_unlocked(set, 0, true);
-                pthread_mutex_lock(&set->lock);
+                pl_poll_and_lock(set, 0, true);
                 pl_end_nonblocking_poll_locked(set);
                 continue;
             }
@@ -646,19 +567,18 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
         }
 
         if (!set->polling && (set->fd_count > 0 || deadline != INT64_MAX)) {
-            /* Become the leader: sleep in the base until a wake-up, a descriptor or the deadline. */
+            /* Become the leader: sleep in the poller until a wake-up, a descriptor or the deadline. */
             set->polling = true;
             was_leader = true;
             set->sleeps++;
             pthread_mutex_unlock(&set->lock);
-            pl_loop_base_unlocked(set, deadline, false);
-            pthread_mutex_lock(&set->lock);
+            pl_poll_and_lock(set, deadline, false);
             set->polling = false;
         } else {
             /* A follower while another receiver leads. Or, with no descriptor to watch and no deadline, there
-             * is nothing for the base to do: wait on the condition variable, which a sender wakes with one
-             * futex call where the base costs an eventfd write and an epoll wake-up (a timed wait stays in the
-             * base, whose timerfd is exact where a futex timeout gets the thread's timer slack). A descriptor
+             * is nothing for the poller to do: wait on the condition variable, which a sender wakes with one
+             * futex call where the poller costs an eventfd write and an epoll wake-up (a timed wait stays in the
+             * poller, whose timerfd is exact where a futex timeout gets the thread's timer slack). A descriptor
              * inserted meanwhile wakes this waiter to become the leader. */
             if (!set->polling) set->sleeps++;
             set->sleeping_followers++;
@@ -667,7 +587,7 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
         }
     }
 
-    /* A leader that leaves hands the base to a follower, who may still be waiting for something. */
+    /* A leader that leaves hands the poller to a follower, who may still be waiting for something. */
     bool hand_over = was_leader && !set->polling && set->sleeping_followers > 0;
     pthread_mutex_unlock(&set->lock);
     if (hand_over) pthread_cond_signal(&set->followers);

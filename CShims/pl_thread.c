@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include "portloop.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -17,6 +18,9 @@ int32_t pl_thread_id(void) { return (int32_t)syscall(SYS_gettid); }
 
 int32_t pl_process_id(void) { return (int32_t)getpid(); }
 
-int pl_thread_set_name(const char *name) { return pthread_setname_np(pthread_self(), name); }
+int pl_thread_set_name(const char *name) {
+    if (name == NULL) return EINVAL;
+    return pthread_setname_np(pthread_self(), name);
+}
 
 int pl_thread_get_name(char *buf, size_t size) { return pthread_getname_np(pthread_self(), buf, size); }

@@ -132,7 +132,10 @@ pl_status_t pl_port_create(uint32_t qlimit, uint32_t max_msg_size, pl_port_t **o
  * Destroys the receive right (mach_port_destroy / mach_port_mod_refs on the receive right): the port leaves
  * every set, queued messages are destroyed and their reply rights released, blocked receivers wake with
  * PL_ERR_PORT_DIED, blocked and later senders get PL_ERR_INVALID_DEST. The caller's receive right is gone
- * afterwards, even on error; PL_ERR_INVALID_NAME if it had been destroyed already.
+ * afterwards. The receive right's reference to the port's memory goes too, so destroying a receive right a
+ * second time is undefined (a use after free) unless a send right still keeps the memory: then it returns
+ * PL_ERR_INVALID_NAME. Debug builds assert on a port whose memory was freed (while the allocator has not
+ * reused it).
  * A thread blocked in pl_port_receive on this port must hold a reference of its own (a send right) for the
  * port's memory to outlive the call: the receive right's reference goes here. The Swift API cannot get
  * this wrong: its receive right is ~Copyable, so nobody can destroy it while another thread receives.
@@ -143,7 +146,9 @@ pl_status_t pl_port_destroy(pl_port_t *port);
  *  Works on a dead port too: the right is then a dead name. */
 pl_status_t pl_port_make_send(pl_port_t *port);
 
-/** Releases one send right (mach_port_deallocate). */
+/** Releases one send right (mach_port_deallocate). PL_ERR_INVALID_NAME, and nothing released, when the port
+ *  has no send right left (KERN_INVALID_RIGHT): the count never underflows and the receive right's
+ *  reference is never taken. */
 pl_status_t pl_port_release_send(pl_port_t *port);
 
 /** Number of send rights that exist for the port, including reply rights inside queued messages
@@ -324,7 +329,7 @@ int32_t pl_thread_id(void);
 int32_t pl_process_id(void);
 
 /** Names the calling thread (pthread_setname_np); Linux keeps at most 15 bytes, so the caller cuts the name
- *  to fit. Returns 0 or an errno value. */
+ *  to fit. Returns 0 or an errno value (EINVAL for NULL, ERANGE for a name too long). */
 int pl_thread_set_name(const char *name);
 
 /** Copies the calling thread's name into buf (pthread_getname_np); size 16 holds any name. Returns 0 or an

@@ -101,7 +101,7 @@ let attempts: [(String, Attempt)] = [
         // the stream does not end.
         let (messages, sender) = try PortMessages.makeStream(queueLimit: 8)
         let received = Completion<[Int32]>()
-        let consumer = Task {
+        let consumer = Task.detached { // not on the main actor: the main thread waits below
             var ids: [Int32] = []
             for await message in messages {
                 ids.append(message.id)

@@ -21,6 +21,16 @@
  *                            messages and a descriptor still in it
  *   too_large_race           direct and set receivers with small and large buffers racing for large
  *                            messages: exactly-once, too-large leaves the message queued
+ *   descriptor_for_waiter    a descriptor becomes readable while every receiver waits without the poller
+ *   woken_set_sleeps_again   the never-read, edge-triggered wake-up eventfd does not end later sleeps
+ *   emptied_ports            a port emptied by a direct receive: batch receives go on to the next port,
+ *                            and its next message queues it at the back (round-robin)
+ *   expired_timeout_looks    a timeout already over still looks at descriptor members once
+ *   misuse                   a send right released once too often, a second destroy, a NULL thread name
+ *   requeue_race             messages put back at the head of their port while senders, receivers, batch
+ *                            receives and membership changes race: exactly-once, reply rights kept
+ *   descriptors              three descriptors per set; descriptor exhaustion gives PL_ERR_SYSTEM naming
+ *                            each system call in turn, leaks nothing, and recovers
  *
  * Payloads are small (inline, <= 48 bytes) and large (heap) and carry a pattern derived from the message
  * id, checked on receipt.
@@ -38,6 +48,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -888,41 +899,299 @@ static void scenario_descriptor_for_waiter(void) {
     }
 }
 
-/* ---- wake_without_epoll --------------------------------------------------------------------------------- */
-/* A set whose base cannot watch edge-triggered (libevent told EVENT_NOEPOLL: poll instead) must drain its
- * wake-up eventfd: left readable, it would end every later sleep at once and the receiver would spin. */
+/* ---- woken_set_sleeps_again --------------------------------------------------------------------------- */
+/* The wake-up eventfd is edge-triggered and never read: a set woken through it must still sleep the next time
+ * (a level-triggered, unread eventfd would end every later sleep at once, and the receiver would spin). */
 
-typedef struct { pl_port_t *port; } we_arg_t;
+typedef struct { pl_port_t *port; } ws_arg_t;
 
-static void *we_send_later(void *raw) {
-    we_arg_t *arg = raw;
+static void *ws_send_later(void *raw) {
+    ws_arg_t *arg = raw;
     sleep_us(20000);
     CHECK_OK(send_msg(arg->port, 1, NULL, PL_TIMEOUT_FOREVER));
     return NULL;
 }
 
-static void scenario_wake_without_epoll(void) {
-    setenv("EVENT_NOEPOLL", "1", 1);
+static void scenario_woken_set_sleeps_again(void) {
     pl_port_set_t *set = new_set();
-    unsetenv("EVENT_NOEPOLL");
     pl_port_t *port = new_port(4);
     CHECK_OK(pl_port_set_insert(set, port));
-    we_arg_t arg = { .port = port };
+    ws_arg_t arg = { .port = port };
     pthread_t sender;
-    start_thread(&sender, we_send_later, &arg);
+    start_thread(&sender, ws_send_later, &arg);
     unsigned char buffer[BIG_BUFFER];
     pl_received_t header;
-    /* Timed: the receiver sleeps in the base and the send wakes it through the eventfd. */
+    /* Timed: the receiver sleeps in the poller and the send wakes it through the eventfd. */
     CHECK_OK(pl_port_set_receive(set, &header, buffer, sizeof buffer, 1000 * MS));
     pthread_join(sender, NULL);
     uint64_t sleeps_before = 0, sleeps_after = 0;
     pl_port_set_wake_stats(set, &sleeps_before, NULL);
+    int64_t start = now_ns();
     CHECK_STATUS(pl_port_set_receive(set, &header, buffer, sizeof buffer, 50 * MS), PL_ERR_TIMED_OUT);
+    CHECK(now_ns() - start >= 50 * MS);
     pl_port_set_wake_stats(set, &sleeps_after, NULL);
     CHECK(sleeps_after - sleeps_before <= 3); /* one sleep until the deadline, not thousands */
     CHECK_OK(pl_port_destroy(port));
     CHECK_OK(pl_port_set_destroy(set));
     pl_port_set_release(set);
+}
+
+/* ---- emptied_ports ------------------------------------------------------------------------------------- */
+/* A port emptied by a direct receive while it is in a set: a batch receive on the set goes on to the next
+ * ready port instead of stopping, and the emptied port's next message queues it behind the ports that became
+ * ready meanwhile (round-robin). */
+
+static void scenario_emptied_ports(void) {
+    unsigned char buffer[BIG_BUFFER];
+    pl_received_t header, batch[8];
+    uint32_t count = 0;
+    for (int round = 0; round < 200; round++) {
+        pl_port_set_t *set = new_set();
+        pl_port_t *a = new_port(8), *b = new_port(8);
+        CHECK_OK(pl_port_set_insert(set, a));
+        CHECK_OK(pl_port_set_insert(set, b));
+        CHECK_OK(send_msg(a, 1, NULL, 0));
+        CHECK_OK(send_msg(b, 2, NULL, 0));
+        CHECK_OK(pl_port_receive(a, &header, buffer, sizeof buffer, 0)); /* a empties behind the set's back */
+        CHECK_OK(pl_port_set_receive_batch(set, batch, 8, buffer, sizeof buffer, &count));
+        CHECK(count == 1 && batch[0].id == 2);
+
+        /* Round-robin: a emptied directly, then b sent, then a sent: b is served first. */
+        CHECK_OK(send_msg(a, 3, NULL, 0));
+        CHECK_OK(pl_port_receive(a, &header, buffer, sizeof buffer, 0));
+        CHECK_OK(send_msg(b, 4, NULL, 0));
+        CHECK_OK(send_msg(a, 5, NULL, 0));
+        CHECK_OK(pl_port_set_receive(set, &header, buffer, sizeof buffer, 0));
+        CHECK(header.id == 4);
+        CHECK_OK(pl_port_set_receive(set, &header, buffer, sizeof buffer, 0));
+        CHECK(header.id == 5);
+        CHECK_STATUS(pl_port_set_receive(set, &header, buffer, sizeof buffer, 0), PL_ERR_TIMED_OUT);
+        CHECK_OK(pl_port_destroy(a));
+        CHECK_OK(pl_port_destroy(b));
+        CHECK_OK(pl_port_set_destroy(set));
+        pl_port_set_release(set);
+    }
+}
+
+/* ---- expired_timeout_looks --------------------------------------------------------------------------- */
+/* A positive timeout that has passed by the receive's first check still looks at descriptor members once, as
+ * a poll does: a readable descriptor is reported now, not a pass later. */
+
+static void scenario_expired_timeout_looks(void) {
+    for (int round = 0; round < 200; round++) {
+        pl_port_set_t *set = new_set();
+        int fd = eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC); /* readable from the start */
+        CHECK(fd >= 0);
+        CHECK_OK(pl_port_set_insert_fd(set, fd));
+        pl_received_t header;
+        CHECK_OK(pl_port_set_receive(set, &header, NULL, 0, 1)); /* 1 ns: over before the first check */
+        CHECK(header.kind == PL_RECEIVED_FD && header.fd == fd);
+        CHECK_OK(pl_port_set_destroy(set));
+        pl_port_set_release(set);
+        close(fd);
+    }
+}
+
+/* ---- misuse ---------------------------------------------------------------------------------------------- */
+/* Misuse that the header promises to refuse: a send right released once too often is refused without
+ * touching the receive right's reference; a NULL thread name is EINVAL. */
+
+static void scenario_misuse(void) {
+    pl_port_t *port = new_port(4);
+    CHECK_STATUS(pl_port_release_send(port), PL_ERR_INVALID_NAME);
+    CHECK_OK(pl_port_make_send(port));
+    CHECK_OK(pl_port_release_send(port));
+    CHECK_STATUS(pl_port_release_send(port), PL_ERR_INVALID_NAME);
+    CHECK(pl_port_send_right_count(port) == 0);
+    CHECK_OK(send_msg(port, 1, NULL, 0)); /* the port is still alive and whole */
+    CHECK(pl_port_message_count(port) == 1);
+    /* Destroyed while a send right keeps the memory: a second destroy is refused. */
+    CHECK_OK(pl_port_make_send(port));
+    CHECK_OK(pl_port_destroy(port));
+    CHECK_STATUS(pl_port_destroy(port), PL_ERR_INVALID_NAME);
+    CHECK_OK(pl_port_release_send(port));
+    CHECK(pl_thread_set_name(NULL) == EINVAL);
+    CHECK(pl_port_release_send(NULL) == PL_ERR_INVALID_ARG);
+}
+
+/* ---- requeue_race ------------------------------------------------------------------------------------ */
+/* Receivers on a set that put some of what they take back at the head of its port (as a run loop does when a
+ * source leaves mid-batch), racing senders, batch receives and a membership that comes and goes: every
+ * message is received for good exactly once, reply rights included. */
+
+typedef struct {
+    pl_port_set_t *set;
+    pl_port_t *port;
+    pl_port_t *reply;
+    atomic_uint *kept;          /* messages received for good */
+    unsigned char *seen;        /* per id, set once */
+    atomic_bool *stop;
+    uint64_t seed;
+} rq_arg_t;
+
+#define RQ_MESSAGES 20000
+
+static void rq_keep(rq_arg_t *arg, pl_received_t *header, const unsigned char *payload) {
+    CHECK(message_intact(header, payload));
+    if (header->id >= 0 && header->id < RQ_MESSAGES) {
+        unsigned char before = __atomic_exchange_n(&arg->seen[header->id], 1, __ATOMIC_RELAXED);
+        CHECK(before == 0); /* never twice */
+    }
+    release_reply(header);
+    atomic_fetch_add(arg->kept, 1);
+}
+
+static void *rq_receiver(void *raw) {
+    rq_arg_t *arg = raw;
+    unsigned char buffer[BIG_BUFFER];
+    pl_received_t batch[16];
+    unsigned char *payloads = malloc(16 * 4104);
+    while (!atomic_load(arg->stop)) {
+        uint32_t count = 0;
+        pl_status_t status = pl_port_set_receive_batch(arg->set, batch, 16, payloads, 16 * 4104, &count);
+        if (status == PL_OK) {
+            /* Keep a prefix, put the rest back, last first. */
+            uint32_t keep = rnd(&arg->seed) % (count + 1);
+            for (uint32_t i = 0; i < keep; i++) rq_keep(arg, &batch[i], payloads + batch[i].offset);
+            for (uint32_t i = count; i > keep; i--) {
+                pl_received_t *h = &batch[i - 1];
+                pl_status_t back = pl_port_requeue(arg->port, h->id, payloads + h->offset, h->size, h->reply);
+                CHECK_OK(back);
+                if (back != PL_OK) release_reply(h);
+            }
+            continue;
+        }
+        pl_received_t header;
+        status = pl_port_set_receive(arg->set, &header, buffer, sizeof buffer, 2 * MS);
+        if (status == PL_OK && header.kind == PL_RECEIVED_MESSAGE) {
+            if (rnd(&arg->seed) % 4 == 0) {
+                CHECK_OK(pl_port_requeue(arg->port, header.id, buffer, header.size, header.reply));
+            } else {
+                rq_keep(arg, &header, buffer);
+            }
+        }
+    }
+    free(payloads);
+    return NULL;
+}
+
+static void *rq_sender(void *raw) {
+    rq_arg_t *arg = raw;
+    for (int32_t id = 0; id < RQ_MESSAGES; id++) {
+        CHECK_OK(send_msg(arg->port, id, id % 5 == 0 ? arg->reply : NULL, PL_TIMEOUT_FOREVER));
+    }
+    return NULL;
+}
+
+static void *rq_toggler(void *raw) {
+    rq_arg_t *arg = raw;
+    while (!atomic_load(arg->stop)) {
+        pl_status_t status = pl_port_set_extract(arg->set, arg->port);
+        CHECK(status == PL_OK);
+        sleep_us(50);
+        CHECK_OK(pl_port_set_insert(arg->set, arg->port));
+        sleep_us(200);
+    }
+    return NULL;
+}
+
+static void scenario_requeue_race(void) {
+    pl_port_set_t *set = new_set();
+    pl_port_t *port = new_port(64), *reply = new_port(4);
+    CHECK_OK(pl_port_set_insert(set, port));
+    atomic_uint kept = 0;
+    atomic_bool stop = false;
+    unsigned char *seen = calloc(RQ_MESSAGES, 1);
+    enum { RECEIVERS = 3 };
+    rq_arg_t args[RECEIVERS + 2];
+    pthread_t threads[RECEIVERS + 2];
+    for (int i = 0; i < RECEIVERS + 2; i++) {
+        args[i] = (rq_arg_t){ .set = set, .port = port, .reply = reply, .kept = &kept, .seen = seen, .stop = &stop,
+                              .seed = 0x2545F4914F6CDD1Dull * (uint64_t)(i + 1) };
+    }
+    for (int i = 0; i < RECEIVERS; i++) start_thread(&threads[i], rq_receiver, &args[i]);
+    start_thread(&threads[RECEIVERS], rq_sender, &args[RECEIVERS]);
+    start_thread(&threads[RECEIVERS + 1], rq_toggler, &args[RECEIVERS + 1]);
+    pthread_join(threads[RECEIVERS], NULL);
+    CHECK(wait_for_count(&kept, RQ_MESSAGES, 30000 * MS));
+    atomic_store(&stop, true);
+    for (int i = 0; i < RECEIVERS; i++) pthread_join(threads[i], NULL);
+    pthread_join(threads[RECEIVERS + 1], NULL);
+    CHECK(atomic_load(&kept) == RQ_MESSAGES);
+    CHECK(pl_port_message_count(port) == 0);
+    CHECK(pl_port_send_right_count(reply) == 0); /* every reply right released once */
+    for (int i = 0; i < RQ_MESSAGES; i++) CHECK(seen[i] == 1);
+    free(seen);
+    CHECK_OK(pl_port_destroy(port));
+    CHECK_OK(pl_port_destroy(reply));
+    CHECK_OK(pl_port_set_destroy(set));
+    pl_port_set_release(set);
+}
+
+/* ---- descriptors ------------------------------------------------------------------------------------- */
+/* A set holds exactly three descriptors (epoll, wake-up eventfd, timerfd). With the process's descriptors
+ * used up, creating a set fails with PL_ERR_SYSTEM naming each of its three system calls in turn, EMFILE in
+ * errno, never exits, leaks nothing, and works again once descriptors are free. */
+
+static int open_descriptors(void) {
+    int count = 0;
+    for (int fd = 0; fd < 4096; fd++) {
+        if (fcntl(fd, F_GETFD) != -1) count++;
+    }
+    return count;
+}
+
+static void scenario_descriptors(void) {
+    int before = open_descriptors();
+    pl_port_set_t *set = new_set();
+    CHECK(open_descriptors() - before == 3);
+    CHECK_OK(pl_port_set_destroy(set));
+    pl_port_set_release(set);
+    CHECK(open_descriptors() == before);
+
+    /* Use every descriptor up under a low limit, then free them one at a time. */
+    struct rlimit saved, low;
+    CHECK(getrlimit(RLIMIT_NOFILE, &saved) == 0);
+    low = saved;
+    low.rlim_cur = (rlim_t)before + 32;
+    if (low.rlim_cur > saved.rlim_cur || setrlimit(RLIMIT_NOFILE, &low) != 0) return; /* cannot lower it here */
+    enum { HELD = 256 };
+    int held[HELD], n = 0;
+    while (n < HELD) {
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) break;
+        held[n++] = fd;
+    }
+    CHECK(n < HELD);
+    const char *expected[] = { "epoll_create1", "eventfd", "timerfd_create" };
+    for (int free_count = 0; free_count <= 3; free_count++) {
+        for (int i = 0; i < free_count; i++) close(held[--n]);
+        int open_now = open_descriptors();
+        pl_port_set_t *attempt = NULL;
+        errno = 0;
+        pl_status_t status = pl_port_set_create(&attempt);
+        if (free_count < 3) {
+            CHECK_STATUS(status, PL_ERR_SYSTEM);
+            CHECK(errno == EMFILE);
+            CHECK(attempt == NULL);
+            const char *call = pl_last_system_call();
+            CHECK(call != NULL && strcmp(call, expected[free_count]) == 0);
+            CHECK(open_descriptors() == open_now);
+        } else {
+            CHECK_OK(status);
+            CHECK_OK(pl_port_set_destroy(attempt));
+            pl_port_set_release(attempt);
+        }
+        for (int i = 0; i < free_count; i++) {
+            held[n] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (held[n] >= 0) n++;
+        }
+    }
+    for (int i = 0; i < n; i++) close(held[i]);
+    CHECK(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+    pl_port_set_t *again = new_set(); /* descriptors are back: sets work again */
+    CHECK_OK(pl_port_set_destroy(again));
+    pl_port_set_release(again);
 }
 
 int main(int argc, char **argv) {
@@ -938,7 +1207,12 @@ int main(int argc, char **argv) {
         { "set_last_release", scenario_set_last_release },
         { "too_large_race", scenario_too_large_race },
         { "descriptor_for_waiter", scenario_descriptor_for_waiter },
-        { "wake_without_epoll", scenario_wake_without_epoll },
+        { "woken_set_sleeps_again", scenario_woken_set_sleeps_again },
+        { "emptied_ports", scenario_emptied_ports },
+        { "expired_timeout_looks", scenario_expired_timeout_looks },
+        { "misuse", scenario_misuse },
+        { "requeue_race", scenario_requeue_race },
+        { "descriptors", scenario_descriptors },
     };
     int passed = 0, failed = 0;
     int64_t start = now_ns();

@@ -12,13 +12,18 @@ struct ResourceExhaustionTests {
         let process = Process()
         process.executableURL = directory.appendingPathComponent("PortLoopResourceCheck")
         process.arguments = ["exhaustion"]
-        let output = Pipe()
+        let output = Pipe(), errors = Pipe()
         process.standardOutput = output
-        process.standardError = output
+        process.standardError = errors
         try process.run()
         let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let log = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
-        #expect(process.terminationReason == .exit && process.terminationStatus == 0, "\(text)")
-        #expect(text.hasPrefix("ok exhaustion"), "\(text)")
+        #expect(process.terminationReason == .exit && process.terminationStatus == 0, "\(text)\n\(log)")
+        #expect(text.hasPrefix("ok exhaustion"), "\(text)\n\(log)")
+        // The PortMessages consumer logged why it polled: each of a port set's three system calls in turn.
+        for call in ["epoll_create1", "eventfd", "timerfd_create"] {
+            #expect(log.contains("\(call) failed: Too many open files"), "\(log)")
+        }
     }
 }

@@ -25,7 +25,8 @@ import Synchronization
 /// The iteration ends only when the consuming task is cancelled or the sequence is released; never while
 /// the port lives. If the consumer cannot be parked because descriptors or threads have run out (the
 /// waiting thread's port set or the thread itself cannot be made), it logs that once (which call failed,
-/// and why), then polls its port with a backoff (1 ms, doubling to 100 ms, in a cancellable `Task.sleep`)
+/// and why), then polls its port with a backoff (1 ms, doubling to 100 ms; a cancellable sleep on a thread
+/// of its own, as `Task.sleep` itself needs descriptors for its timers)
 /// and tries to park again each time; messages that arrive meanwhile are taken, in order, by those polls.
 /// The next successful park ends the episode, and a later failure is logged again.
 ///
@@ -132,9 +133,7 @@ public struct PortMessages: AsyncSequence, Sendable {
                     return nil
                 case let .failed(failure):
                     // The port lives and keeps its messages: pause, then poll it and try to park again.
-                    do {
-                        try await Task.sleep(for: backOff(after: failure))
-                    } catch {
+                    guard await RetryClock.shared.sleep(for: backOff(after: failure)) else {
                         cancel()
                         return nil
                     }

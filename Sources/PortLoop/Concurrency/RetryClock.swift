@@ -1,0 +1,107 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Sleeps for tasks that retry after running out of descriptors: a thread of its own waiting on a condition
+/// variable, which needs no descriptor.
+///
+/// Why not `Task.sleep`: on Linux its timers are libdispatch's, which needs descriptors of its own for them;
+/// in a process with every descriptor in use, a first `Task.sleep` stops the program (checked with Swift
+/// 6.3.1's libdispatch). The thread starts with the first sleeper and ends once none has come for a second.
+final class RetryClock: @unchecked Sendable {
+    static let shared = RetryClock()
+
+    private struct Sleeper {
+        let id: UInt64
+        let deadline: Int64
+        let continuation: CheckedContinuation<Bool, Never>
+    }
+
+    private let condition = MonotonicCondition()
+    /// Guarded by `condition`.
+    private var sleepers: [Sleeper] = []
+    private var nextID: UInt64 = 0
+    private var threadRunning = false
+
+    /// Suspends the calling task for `duration`; false if it was cancelled first (it then returns at once).
+    func sleep(for duration: Duration) async -> Bool {
+        let deadline = monotonicNanoseconds().addingClamped(duration.nanosecondsClamped)
+        let id = condition.withLock { () -> UInt64 in
+            nextID += 1
+            return nextID
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+                if Task.isCancelled {
+                    continuation.resume(returning: false)
+                    return
+                }
+                let start = condition.withLock { () -> Bool in
+                    sleepers.append(Sleeper(id: id, deadline: deadline, continuation: continuation))
+                    condition.signal()
+                    defer { threadRunning = true }
+                    return !threadRunning
+                }
+                if start && !startThread() {
+                    // No thread to spare either: resume now; the caller polls again at once.
+                    take(id)?.resume(returning: true)
+                }
+            }
+        } onCancel: {
+            take(id)?.resume(returning: false)
+        }
+    }
+
+    /// Takes a sleeper out, if it is still waiting.
+    private func take(_ id: UInt64) -> CheckedContinuation<Bool, Never>? {
+        condition.withLock {
+            guard let index = sleepers.firstIndex(where: { $0.id == id }) else { return nil }
+            return sleepers.remove(at: index).continuation
+        }
+    }
+
+    private func startThread() -> Bool {
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        var thread = pthread_t()
+        let rc = pthread_create(&thread, &attributes, { _ in
+            RetryClock.shared.serve()
+            return nil
+        }, nil)
+        pthread_attr_destroy(&attributes)
+        if rc != 0 { condition.withLock { threadRunning = false } }
+        return rc == 0
+    }
+
+    /// The thread's body: resumes sleepers as their deadlines pass; ends after a second without any.
+    private func serve() {
+        let linger: Int64 = 1_000_000_000
+        var idleSince = monotonicNanoseconds()
+        while true {
+            var due: [CheckedContinuation<Bool, Never>] = []
+            let done = condition.withLock { () -> Bool in
+                let now = monotonicNanoseconds()
+                due = sleepers.filter { $0.deadline <= now }.map(\.continuation)
+                sleepers.removeAll { $0.deadline <= now }
+                if !due.isEmpty { return false }
+                if sleepers.isEmpty {
+                    if now - idleSince >= linger {
+                        threadRunning = false
+                        return true
+                    }
+                    condition.wait(untilMonotonic: idleSince + linger)
+                } else {
+                    idleSince = now
+                    condition.wait(untilMonotonic: sleepers.map(\.deadline).min()!)
+                }
+                return false
+            }
+            if done { return }
+            for continuation in due { continuation.resume(returning: true) }
+            if !due.isEmpty { idleSince = monotonicNanoseconds() }
+        }
+    }
+}
