@@ -1,3 +1,4 @@
+import CPortLoop
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
