@@ -3,8 +3,11 @@
 # Targets
 #   deps         install libevent-dev and pkg-config with apt-get when missing (sudo when not root)
 #   build        debug build of the package
-#   test         deps, the whole suite, the suite again under ThreadSanitizer, leakcheck, and a release
-#                build of the Benchmarks package (built, not run, so that it cannot rot)
+#   test         deps, the whole suite, the documentation's examples (examples), the suite again under
+#                ThreadSanitizer, leakcheck, and a release build of the Benchmarks package (built, not run, so
+#                that it cannot rot)
+#   examples     every ```swift example of README.md and the DocC articles, built as a reader's main.swift
+#                and run, its output checked (Tests/Examples/run-examples.sh; EXAMPLES="name …" for some)
 #   demo         port-driven wake-ups of a run loop, traced live, ~3 s (release build); flags through
 #                DEMO_ARGS, e.g. make demo DEMO_ARGS="--burst 200 --producers 4"
 #   bench        the benchmarks, full runs (release build); bench-quick: fewer iterations
@@ -63,10 +66,17 @@ build: deps
 
 test: deps
 	$(SWIFT) test --scratch-path $(SCRATCH)
+	$(MAKE) --no-print-directory examples
 	$(SWIFT) test --sanitize=thread --scratch-path $(TSAN_SCRATCH)
 	$(MAKE) --no-print-directory leakcheck
 	$(MAKE) --no-print-directory bench-build
 	@echo "make test: all passed"
+
+.PHONY: examples
+
+# One generated package with an executable per example, in .build-examples (see the script's header).
+examples: deps
+	SWIFT=$(SWIFT) Tests/Examples/run-examples.sh $(EXAMPLES)
 
 leakcheck: deps
 	@mkdir -p $(STRESS_DIR)
