@@ -82,7 +82,8 @@ examples: deps
 
 # DocC prints its warnings and, with --warnings-as-errors, fails on them; the grep also catches a warning
 # printed by the plugin or the symbol-graph step, which that flag does not cover. The site lands in
-# .build-docs/plugins/Swift-DocC/outputs/PortLoop.doccarchive (open it with `docc preview` or any static server).
+# .build-docs/plugins/Swift-DocC/outputs/PortLoop.doccarchive; to browse it, `swift package --scratch-path .build-docs
+# preview-documentation --target PortLoop`.
 docs: deps
 	$(SWIFT) package --scratch-path .build-docs generate-documentation --target PortLoop \
 	    --warnings-as-errors 2>&1 | tee .build-docs.log
