@@ -3,8 +3,13 @@
 # Targets
 #   deps         install libevent-dev and pkg-config with apt-get when missing (sudo when not root)
 #   build        debug build of the package
-#   test         deps, the whole suite, the suite again under ThreadSanitizer, leakcheck, and a release
-#                build of the Benchmarks package (built, not run, so that it cannot rot)
+#   test         deps, the whole suite, the documentation's examples (examples), the suite again under
+#                ThreadSanitizer, leakcheck, and a release build of the Benchmarks package (built, not run, so
+#                that it cannot rot)
+#   examples     every ```swift example of README.md and the DocC articles, built as a reader's main.swift
+#                and run, its output checked (Tests/Examples/run-examples.sh; EXAMPLES="name …" for some)
+#   docs         the DocC documentation of PortLoop (Sources/PortLoop/PortLoop.docc) into .build-docs;
+#                fails on any DocC warning
 #   demo         port-driven wake-ups of a run loop, traced live, ~3 s (release build); flags through
 #                DEMO_ARGS, e.g. make demo DEMO_ARGS="--burst 200 --producers 4"
 #   bench        the benchmarks, full runs (release build); bench-quick: fewer iterations
@@ -60,10 +65,29 @@ build: deps
 
 test: deps
 	$(SWIFT) test --scratch-path $(SCRATCH)
+	$(MAKE) --no-print-directory examples
 	$(SWIFT) test --sanitize=thread --scratch-path $(TSAN_SCRATCH)
 	$(MAKE) --no-print-directory leakcheck
 	$(MAKE) --no-print-directory bench-build
 	@echo "make test: all passed"
+
+.PHONY: examples docs
+
+# One generated package with an executable per example, in .build-examples (see the script's header).
+examples: deps
+	SWIFT=$(SWIFT) Tests/Examples/run-examples.sh $(EXAMPLES)
+
+# DocC prints its warnings and, with --warnings-as-errors, fails on them; the grep also catches a warning
+# printed by the plugin or the symbol-graph step, which that flag does not cover. The site lands in
+# .build-docs/plugins/Swift-DocC/outputs/PortLoop.doccarchive; to browse it, `swift package --scratch-path .build-docs
+# preview-documentation --target PortLoop`.
+docs: deps
+	$(SWIFT) package --scratch-path .build-docs generate-documentation --target PortLoop \
+	    --warnings-as-errors 2>&1 | tee .build-docs.log
+	@if grep -E -i '(^|[^a-z])warning:' .build-docs.log; then \
+	    echo "docs: DocC printed warnings (above)" >&2; exit 1; \
+	fi
+	@echo "docs: built with no warnings"
 
 leakcheck: deps
 	@mkdir -p $(STRESS_DIR)

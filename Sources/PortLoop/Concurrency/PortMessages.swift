@@ -32,7 +32,9 @@ import Synchronization
 ///
 /// Iterate from one task at a time: two concurrent `next()` calls stop the program, as `AsyncStream` does.
 public struct PortMessages: AsyncSequence, Sendable {
+    /// Each element is one message, with its reply right.
     public typealias Element = ReceivedMessage
+    /// The iteration never fails: it ends (``AsyncIterator/next()`` returns nil) when its task is cancelled.
     public typealias Failure = Never
 
     let storage: Storage
@@ -59,6 +61,7 @@ public struct PortMessages: AsyncSequence, Sendable {
     /// Whether the iteration has ended and the port is destroyed.
     public var isFinished: Bool { storage.isFinished }
 
+    /// An iterator over the port's messages; iterate from one task at a time.
     public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(storage: storage) }
 
     /// Iterates a ``PortMessages``.

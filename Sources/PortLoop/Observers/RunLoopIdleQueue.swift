@@ -1,6 +1,6 @@
 import DequeModule
 
-/// Work deferred until a run loop is idle: the seeds' "RunLoop 空闲时做一些任务". Tasks run on the loop's
+/// Work deferred until a run loop is idle, a classic use of a beforeWaiting `CFRunLoopObserver`. Tasks run on the loop's
 /// thread when it is about to sleep (beforeWaiting), a bounded number per pass, so that a timer, a source or
 /// a message arriving meanwhile waits for at most one batch.
 ///

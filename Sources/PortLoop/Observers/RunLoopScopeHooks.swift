@@ -1,7 +1,7 @@
 import Synchronization
 
 /// Per-pass setup and teardown around a run loop's work, as CF brackets the main thread's passes with
-/// autorelease pools (the seeds' `_wrapRunLoopWithAutoreleasePoolHandler` observers).
+/// autorelease pools (the two `CFRunLoopObserver`s that UIKit installs on the main loop for them).
 ///
 /// Two observers, as in CF:
 /// - at entry, with the highest priority (order `Int.min`), `setUp` opens a scope before any other callout;

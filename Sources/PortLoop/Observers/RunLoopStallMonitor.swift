@@ -1,7 +1,7 @@
 import Logging
 
-/// Reports passes of a run loop that take longer than a threshold: the seeds' stall monitor ("卡顿监控"),
-/// observers around each pass plus a watchdog thread.
+/// Reports passes of a run loop that take longer than a threshold: the stall monitor Darwin apps build from
+/// `CFRunLoopObserver`s around each pass plus a watchdog thread.
 ///
 /// **What a pass is.** The work the loop does between two rests: from a run's entry, from the start of each
 /// iteration (beforeTimers) or from waking (afterWaiting), until the loop is about to sleep (beforeWaiting),

@@ -8,7 +8,7 @@ import Musl
 /// A mutex over `pthread_mutex_t`, as NIOLock is.
 ///
 /// Why not `Synchronization.Mutex`: ThreadSanitizer cannot see its futex inside the uninstrumented standard
-/// library on Linux and reports correct use from two threads as a race (SPEC §8).
+/// library on Linux and reports correct use from two threads as a race.
 final class PThreadLock: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
 

@@ -10,7 +10,7 @@ import Musl
 /// Why not ``PThreadLock`` plus a condition elsewhere: a condition must be waited on with its own mutex, and
 /// the default condition clock (CLOCK_REALTIME) jumps when the wall clock is set, which would fire or delay
 /// a deadline computed from monotonic time. Why not `Synchronization.Mutex`: ThreadSanitizer cannot see it on
-/// Linux (SPEC §8).
+/// Linux.
 final class MonotonicCondition: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
     private let condition: UnsafeMutablePointer<pthread_cond_t>

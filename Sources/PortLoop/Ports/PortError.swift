@@ -52,7 +52,9 @@ public enum PortError: Error, Hashable, Sendable {
 
     /// A status code of the C layer (`pl_status_t`), as a raw value with readable names.
     public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        /// The `pl_status_t` value.
         public let rawValue: UInt32
+        /// A code from a `pl_status_t` value.
         public init(rawValue: UInt32) { self.rawValue = rawValue }
         init(_ status: pl_status_t) { self.rawValue = status.rawValue }
 

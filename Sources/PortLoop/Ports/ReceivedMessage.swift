@@ -11,6 +11,7 @@ public struct ReceivedMessage: Sendable {
     /// The port the message arrived on; useful when receiving on a ``PortSet``.
     public var arrivalPort: PortName
 
+    /// Creates a message value, as a test or a custom sink might; receives make these.
     public init(id: Int32, payload: [UInt8], replyPort: PortSendRight?, arrivalPort: PortName) {
         self.id = id
         self.payload = payload

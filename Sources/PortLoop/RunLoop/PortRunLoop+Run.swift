@@ -1,7 +1,8 @@
 import CPortLoop
 
 extension PortRunLoop {
-    /// How many Source1 messages one pass may handle, for throughput (SPEC §3).
+    /// How many Source1 messages one pass may handle: enough for throughput, few enough that a flood of messages
+    /// cannot keep a pass from its timers and blocks for long.
     static let messageBatch = 64
 
     /// Runs the default mode until the loop is stopped or the mode has nothing left (`CFRunLoopRun`).

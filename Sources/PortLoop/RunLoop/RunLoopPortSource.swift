@@ -1,9 +1,13 @@
 import CPortLoop
 
-/// A reply that a ``RunLoopPortSource`` handler sends back on the message's reply port.
+/// A reply that a ``RunLoopPortSource`` handler sends back on the message's reply port, as a MIG server's
+/// routine fills in the reply message that `mach_msg_server` then sends to `msgh_remote_port`.
 public struct PortReply: Sendable {
+    /// The reply's id (`msgh_id`); by MIG's convention a reply's id is the request's plus 100, but any value works.
     public var id: Int32
+    /// The reply's payload, copied when it is sent.
     public var bytes: [UInt8]
+    /// Creates a reply.
     public init(id: Int32 = 0, bytes: [UInt8] = []) {
         self.id = id
         self.bytes = bytes

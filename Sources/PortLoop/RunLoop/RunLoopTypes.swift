@@ -1,9 +1,13 @@
 extension PortRunLoop {
     /// A run loop mode's name (`CFRunLoopMode`). Modes are created on demand the first time a name is used.
     public struct Mode: RawRepresentable, Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
+        /// The mode's name, as CF's mode strings are names.
         public let rawValue: String
+        /// A mode named `rawValue`.
         public init(rawValue: String) { self.rawValue = rawValue }
+        /// A mode named `rawValue`.
         public init(_ rawValue: String) { self.rawValue = rawValue }
+        /// A mode from a string literal: `loop.run(mode: "tracking")`.
         public init(stringLiteral value: String) { self.rawValue = value }
 
         /// The usual mode (`kCFRunLoopDefaultMode`).
@@ -17,7 +21,9 @@ extension PortRunLoop {
 
     /// The stages of a run that observers can watch (`CFRunLoopActivity`, with CF's bit values).
     public struct Activity: OptionSet, Hashable, Sendable, CustomStringConvertible {
+        /// The bits, with `CFRunLoopActivity`'s values.
         public let rawValue: UInt
+        /// Activities from their bits.
         public init(rawValue: UInt) { self.rawValue = rawValue }
 
         /// A run is about to start (`kCFRunLoopEntry`).

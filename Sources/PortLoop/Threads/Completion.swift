@@ -8,7 +8,7 @@ import Synchronization
 /// without a value having been delivered, the waiter is released with nil instead of waiting forever.
 ///
 /// On ``MonotonicCondition`` (a pthread mutex and condition), not `Synchronization.Mutex`, so ThreadSanitizer
-/// sees it (SPEC §8).
+/// sees it.
 ///
 /// ``AsyncCompletion`` is the same for a waiter that is a suspended task rather than a blocked thread.
 final class Completion<Value: Sendable>: @unchecked Sendable {

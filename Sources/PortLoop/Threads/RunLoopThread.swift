@@ -5,7 +5,7 @@ import Musl
 #endif
 import Synchronization
 
-/// A thread that keeps running its own run loop until stopped: the "permanent thread" of the seeds (线程保活),
+/// A thread that keeps running its own run loop until stopped: the "permanent thread" of Objective-C code,
 /// an `NSThread` whose loop holds an `NSMachPort` so that it never runs empty, with the work sent to it by
 /// `performSelector:onThread:withObject:waitUntilDone:`.
 ///
@@ -14,8 +14,8 @@ import Synchronization
 /// ``RunLoopSerialExecutor`` on ``loop``: ``stop()`` runs their queued jobs before the thread ends.
 ///
 /// The thread does not keep this object alive: when the last reference goes, the loop is stopped and the
-/// thread joined (or, if that last reference went on the thread itself, left to finish on its own). The seeds'
-/// Objective-C version had to pass `weakSelf` into the thread's block for the same reason.
+/// thread joined (or, if that last reference went on the thread itself, left to finish on its own). The usual
+/// Objective-C version has to pass `weakSelf` into the thread's block for the same reason.
 ///
 /// ```swift
 /// let worker = try RunLoopThread(name: "worker")
@@ -113,7 +113,7 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
     }
 
     /// Runs a task on the thread, asynchronously
-    /// (`performSelector:onThread:withObject:waitUntilDone:NO`, as the seeds' `executeTask:`). Tasks run
+    /// (`performSelector:onThread:withObject:waitUntilDone:NO` on such a thread). Tasks run
     /// FIFO in the loop's common modes; called on the thread itself, the task runs after the current one.
     /// - Throws: ``RunLoopThreadError/stopped`` once ``stop()`` was called. A task queued while a stop from
     ///   another thread takes effect may be dropped unrun.
@@ -182,7 +182,7 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
         }
     }
 
-    /// Ends the loop and joins the thread (the seeds' `stop`: `CFRunLoopStop` on the thread, then the thread
+    /// Ends the loop and joins the thread (`CFRunLoopStop` performed on the thread, then the thread
     /// ends). Idempotent and safe from any thread.
     ///
     /// Tasks and executor jobs already queued run first: the stop is queued behind the tasks, and once it is
