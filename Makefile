@@ -1,7 +1,8 @@
 # PortLoop — two commands: `make demo` and `make test`. See README.md.
 #
 # Targets
-#   deps         install libevent-dev and pkg-config with apt-get when missing (sudo when not root)
+#   deps         install libevent-dev and pkg-config with apt-get when missing (sudo when not root): the
+#                benchmarks' C floors need libevent; the library itself needs nothing but the toolchain
 #   build        debug build of the package
 #   test         deps, the whole suite, the documentation's examples (examples), the suite again under
 #                ThreadSanitizer, leakcheck, and a release build of the Benchmarks package (built, not run, so

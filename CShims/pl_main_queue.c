@@ -1,5 +1,5 @@
 /*
- * pl_main_queue.c — the main dispatch queue's hooks for run loops (SPEC §4).
+ * pl_main_queue.c — the main dispatch queue's hooks for run loops.
  *
  * Why this shim exists: libdispatch on Linux exports, for CoreFoundation, an eventfd that becomes readable
  * when blocks are queued on the main queue, and a function that drains the queue once. They are private

@@ -6,31 +6,33 @@
  * FIFO message queues with one receive right and many send rights), port sets, messages, and timed receive.
  * It knows nothing of run loops.
  *
- * Design, chosen by the cost rules of SPEC §2:
+ * Design, chosen by three cost rules: a send to a receiver that is awake makes no system call, no lock is
+ * held across a system call on the send path, and an idle port costs memory only:
  *
  *  - A port is a mutex-guarded ring of message slots that grows on demand up to the queue limit. An idle
  *    port is a heap object and nothing else: no file descriptor, no thread, no timer.
  *
  *  - Waiting is done by whoever waits, never by the port. A receiver blocked directly on a port sleeps on
  *    the port's condition variable (a futex: no descriptor, exact timeouts). A receiver blocked on a port
- *    set sleeps in the set's libevent event_base, which holds the set's wake-up eventfd, its descriptor
- *    members and its receive timer: a timerfd of the set's own on CLOCK_MONOTONIC, armed only when a
- *    receive is timed and its deadline changed (libevent's coarse clock is off by 1-4 ms, and its precise
- *    timer re-arms a timerfd on every dispatch, a system call on every sleep).
- *    Only one thread may loop an event_base at a time, so further receivers on the same set sleep on the
- *    set's condition variable and take over the base when the looping one leaves (leader/followers).
- *    A receiver with no descriptor to watch and no deadline waits on that condition variable as well (a
+ *    set sleeps in the set's poller (pl_poller.c): an epoll instance holding the set's wake-up eventfd, its
+ *    descriptor members and its receive timer, a timerfd of the set's own on CLOCK_MONOTONIC armed only
+ *    when a receive is timed and its deadline changed. Three descriptors per set, and no exit(): the sets
+ *    once slept in libevent's event_base, which holds three more descriptors a set never uses and calls
+ *    exit(1) when it cannot make its signal socketpair. Every failing system call returns PL_ERR_SYSTEM
+ *    and pl_last_system_call names it.
+ *    One thread sleeps in the poller at a time, so further receivers on the same set sleep on the set's
+ *    condition variable and take over the poller when the sleeping one leaves (leader/followers). A
+ *    receiver with no descriptor to watch and no deadline waits on that condition variable as well (a
  *    futex wake costs a sender less than an eventfd write and the epoll wake-up); inserting a descriptor
- *    wakes it to take the base.
+ *    wakes it to take the poller.
  *
  *  - Wake-ups are coalesced. A send makes a syscall only when it turns an empty port into a non-empty one
  *    *and* somebody is asleep waiting for it; a set's eventfd is written at most once until the sleeper
- *    has consumed it. A receiver that is awake and busy costs its senders no syscall at all. With epoll
- *    the eventfd is edge-triggered and never read: each write is an edge, so a wake-up costs the sleeper
- *    no read(2) (a backend without edge triggering reads it).
+ *    has consumed it. A receiver that is awake and busy costs its senders no syscall at all. The eventfd
+ *    is edge-triggered and never read: each write is an edge, so a wake-up costs the sleeper no read(2).
  *
  *  - No lock is held across a syscall: senders decide under the lock whom to wake and do the eventfd
- *    write or futex wake after unlocking; descriptor events are deleted outside the set's lock. Port and
+ *    write or futex wake after unlocking. Port and
  *    set mutexes spin briefly before sleeping (adaptive), as they are held for a few dozen instructions.
  *    A receive that makes room in a full port signals a waiting sender only if no signal is already on its
  *    way to each waiting sender.

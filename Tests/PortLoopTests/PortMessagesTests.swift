@@ -4,7 +4,7 @@ import Testing
 import Glibc
 #endif
 
-/// A port's messages as an `AsyncSequence` (SPEC §6): order, cancellation destroying the port, back-pressure
+/// A port's messages as an `AsyncSequence`: order, cancellation destroying the port, back-pressure
 /// through the port's queue limit, and the shared waiting thread that ends when nobody waits. Serialized:
 /// the tests count that thread.
 @Suite("Port messages as an AsyncSequence", .serialized, .timeLimit(.minutes(1)))

@@ -1,7 +1,7 @@
 @testable import PortLoop
 import Testing
 
-/// A run loop as a `SerialExecutor` (SPEC §6): thread identity, FIFO order, interleaving with the loop's
+/// A run loop as a `SerialExecutor`: thread identity, FIFO order, interleaving with the loop's
 /// other work, isolation checks, lifetime.
 @Suite("Run loop executor", .timeLimit(.minutes(1)))
 struct RunLoopExecutorTests {

@@ -1,12 +1,11 @@
 /*
  * bf_libevent_pingpong.c — floor 2 of the ping-pong scenario.
  *
- * Why it exists: a PortSet sleeps in a libevent event_base set up like this one (evthread_use_pthreads,
- * EVENT_BASE_FLAG_PRECISE_TIMER) and is woken through an eventfd. This floor is that mechanism with nothing
- * else: one base per thread, one persistent read event on the thread's eventfd, a callback that reads it
- * and writes the peer's. The gap between a port-set round trip and this one is what the port layer
- * (queues, locks, ready lists, the Swift API) adds; the gap between this and floor 1 is libevent's own
- * cost (epoll_wait plus, with the precise timer, a timerfd_settime per loop).
+ * Why it exists: what an event loop built on libevent pays for a wake-up (PortSet slept in a libevent
+ * event_base set up like this one until it moved to epoll of its own): one base per thread
+ * (evthread_use_pthreads, EVENT_BASE_FLAG_PRECISE_TIMER), one persistent read event on the thread's eventfd,
+ * a callback that reads it and writes the peer's. The gap between this and floor 1 is libevent's own cost
+ * (epoll_wait plus, with the precise timer, a timerfd_settime per loop).
  */
 #include "bf_common.h"
 

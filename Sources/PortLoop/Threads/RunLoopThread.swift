@@ -81,7 +81,8 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
                  body runBody: @escaping @Sendable (PortRunLoop, @escaping @Sendable () -> Bool) -> Void) throws(PortError) {
         self.name = name
         core = Core(taskModes: mode == .default || mode == .common ? [.common] : [.common, mode])
-        // Like the seeds' `[NSMachPort port]`: a port nobody sends to, only there to keep the mode non-empty.
+        // Like the `[NSMachPort port]` of the classic keep-alive thread: a port nobody sends to, only there to keep
+        // the mode non-empty.
         let keepAlive = try RunLoopPortSource(queueLimit: 1, maxMessageSize: 1) { _ in nil }
         let startup = Completion<Result<PortRunLoop, PortError>>()
         let body = ThreadBody(name: name, core: core, keepAlive: keepAlive, startup: startup, body: runBody)
