@@ -14,6 +14,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         // `make docs`: the DocC catalog Sources/PortLoop/PortLoop.docc (a command plugin; nothing links it).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -42,17 +43,13 @@ let package = Package(
         // portloop-demo (`make demo`); Tests/PortLoopTests/DemoTests.swift runs it as a child process.
         .executableTarget(
             name: "PortLoopDemo",
-            dependencies: ["PortLoop", "PortLoopToolSupport"]
+            dependencies: ["PortLoop", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         // The example daemon: a dispatcher loop, worker loop threads, signals as a run loop source.
         // It imports CPortLoop only to name its client threads.
         .executableTarget(
             name: "PortLoopEchoDaemon",
-            dependencies: ["PortLoop", "CPortLoop", "PortLoopToolSupport"]
-        ),
-        // The command-line walk the two executables above share (not a product).
-        .target(
-            name: "PortLoopToolSupport"
+            dependencies: ["PortLoop", "CPortLoop", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         // A child process for the main-queue tests: a synchronous main that runs the main loop.
         .executableTarget(
@@ -74,7 +71,7 @@ let package = Package(
         .testTarget(
             name: "PortLoopTests",
             dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopAsyncMainCheck", "PortLoopResourceCheck", "PortLoopEchoDaemon",
-                           "PortLoopDemo", "PortLoopToolSupport", "PortLoopServiceLifecycle",
+                           "PortLoopDemo", "PortLoopServiceLifecycle",
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
         ),
     ],

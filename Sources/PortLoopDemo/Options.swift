@@ -1,6 +1,6 @@
-// The command line of portloop-demo.
+// The command line of portloop-demo (swift-argument-parser).
 
-import PortLoopToolSupport
+import ArgumentParser
 
 /// What the demo was asked to do.
 struct Options: Equatable, Sendable {
@@ -16,80 +16,54 @@ struct Options: Equatable, Sendable {
     static let durationRange = 0.3...20.0
     static let producerRange = 1...16
     static let burstRange = 1...1024
+}
 
-    /// The result of parsing: run with these options, or show the help.
-    enum Parsed: Equatable {
-        case run(Options)
-        case help
-    }
+/// `portloop-demo`: parses the flags, checks their ranges, runs the demo and exits with its status.
+struct DemoCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "portloop-demo",
+        abstract: "Port-driven wake-ups of a PortLoop run loop, traced live.",
+        discussion: """
+            A loop thread runs a PortRunLoop with an observer on all activities; producer threads send bursts of \
+            messages to Source1 ports on that loop; a default-mode timer and a common-mode timer tick while the \
+            loop runs the default mode, then a "tracking" mode (as while a scroll view is dragged), then the \
+            default mode again. Timestamps are µs since the start. The first passes and each mode switch are \
+            traced activity by activity, the rest one line per wake-up. Ends with a summary: messages, wake-ups, \
+            how many sends cost no wake-up, latency p50/p99.
 
-    /// A bad command line: what was wrong with it.
-    struct UsageError: Error, Equatable {
-        let message: String
-    }
+            Exit status: 0 when every message sent was handled, 1 on a failure, 64 for a bad command line.
+            """)
 
-    /// Parses the arguments after the program name. Values go as `--flag value` or `--flag=value`.
-    static func parse(_ arguments: [String]) throws(UsageError) -> Parsed {
-        var options = Options()
-        var flags = CommandLineFlags(arguments)
-        while flags.next() {
-            let flag = flags.flag
-            func value() throws(UsageError) -> String {
-                do { return try flags.value() } catch { throw UsageError(message: error.description) }
-            }
-            func noValue() throws(UsageError) {
-                do { try flags.expectNoValue() } catch { throw UsageError(message: error.description) }
-            }
+    @Option(help: ArgumentHelp("Seconds of loop activity, \(Options.durationRange.lowerBound)…\(Options.durationRange.upperBound).",
+                               valueName: "seconds"))
+    var duration = 3.0
 
-            switch flag {
-            case "-h", "--help":
-                try noValue()
-                return .help
-            case "--quiet":
-                try noValue()
-                options.quiet = true
-            case "--duration":
-                let text = try value()
-                guard let seconds = Double(text), durationRange.contains(seconds) else {
-                    throw UsageError(message: "--duration wants seconds from \(durationRange.lowerBound) to "
-                                     + "\(durationRange.upperBound), not '\(text)'")
-                }
-                options.duration = seconds
-            case "--producers":
-                options.producers = try integer(flag, try value(), in: producerRange)
-            case "--burst":
-                options.burst = try integer(flag, try value(), in: burstRange)
-            default:
-                throw UsageError(message: "unknown argument '\(flags.argument)'")
-            }
+    @Option(help: ArgumentHelp("Producer threads, one port each, \(Options.producerRange.lowerBound)…\(Options.producerRange.upperBound).",
+                               valueName: "count"))
+    var producers = 2
+
+    @Option(help: ArgumentHelp("Messages per burst, \(Options.burstRange.lowerBound)…\(Options.burstRange.upperBound).",
+                               valueName: "count"))
+    var burst = 16
+
+    @Flag(help: "Print the summary only (printing the trace costs the loop thread time).")
+    var quiet = false
+
+    func validate() throws {
+        guard Options.durationRange.contains(duration) else {
+            throw ValidationError("--duration wants seconds from \(Options.durationRange.lowerBound) to "
+                                  + "\(Options.durationRange.upperBound), not \(duration)")
         }
-        return .run(options)
-    }
-
-    private static func integer(_ flag: String, _ text: String, in range: ClosedRange<Int>) throws(UsageError) -> Int {
-        guard let value = Int(text), range.contains(value) else {
-            throw UsageError(message: "\(flag) wants a whole number from \(range.lowerBound) to \(range.upperBound), "
-                             + "not '\(text)'")
+        guard Options.producerRange.contains(producers) else {
+            throw ValidationError("--producers wants \(Options.producerRange.lowerBound)…\(Options.producerRange.upperBound), not \(producers)")
         }
-        return value
+        guard Options.burstRange.contains(burst) else {
+            throw ValidationError("--burst wants \(Options.burstRange.lowerBound)…\(Options.burstRange.upperBound), not \(burst)")
+        }
     }
 
-    static let usage = """
-        usage: portloop-demo [--duration S] [--producers N] [--burst N] [--quiet] [--help]
-
-        Makes port-driven wake-ups visible. A loop thread runs a PortRunLoop with an observer on all
-        activities; producer threads send bursts of messages to Source1 ports on that loop; a default-mode
-        timer and a common-mode timer tick while the loop runs the default mode, then a "tracking" mode
-        (the seeds' scroll view being dragged), then the default mode again. Timestamps are µs since the
-        start. The first passes and each mode switch are traced activity by activity, the rest one line per
-        wake-up. Ends with a summary: messages, wake-ups, how many sends cost no wake-up, latency p50/p99.
-
-          --duration S    seconds of loop activity, \(durationRange.lowerBound)…\(durationRange.upperBound) (default 3)
-          --producers N   producer threads, one port each, \(producerRange.lowerBound)…\(producerRange.upperBound) (default 2)
-          --burst N       messages per burst, \(burstRange.lowerBound)…\(burstRange.upperBound) (default 16)
-          --quiet         print the summary only (printing the trace costs the loop thread time)
-          --help, -h      show this text
-
-        Exit status: 0 when every message sent was handled, 1 on a failure, 2 for a bad command line.
-        """
+    func run() throws {
+        let status = runDemo(Options(duration: duration, producers: producers, burst: burst, quiet: quiet))
+        if status != 0 { throw ExitCode(status) }
+    }
 }

@@ -67,6 +67,11 @@ enum EchoDaemon {
             + "\(options.clientCount) client\(options.clientCount == 1 ? "" : "s")"
             + (options.selfTestRequests.map { ", self-test of \(Format.grouped($0)) requests" } ?? "")
             + "; throughput every \(Format.fixed(options.interval, 3).trimmingZeros) s; SIGINT or SIGTERM stops")
+        if options.clientCount == 0 {
+            say("portloop-echod: no clients, so the lines below stay at 0 req/s: PortLoop's ports live inside one "
+                + "process, and requests come from this process's own client threads (--clients K for load, "
+                + "--self-test N to check N replies); see --help")
+        }
 
         loop.run() // until the dispatcher's last fence is answered
 

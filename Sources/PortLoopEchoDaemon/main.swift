@@ -40,25 +40,8 @@
 // `--self-test N` checks N replies and exits; `--clients K` alone gives open-ended load until a signal or
 // `--duration`.
 //
-// Files: Options (command line), EchoProtocol (message ids and payloads), EchoWorker, Dispatcher,
+// Files: Options (command line, swift-argument-parser), EchoProtocol (message ids and payloads), EchoWorker, Dispatcher,
 // ShutdownSignals, ThroughputReporter, LoadGenerator, EchoDaemon (wiring and summary), and small helpers
 // (Counter, PosixThread, Console, DaemonError).
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
-
-let options: Options
-do throws(OptionsError) {
-    options = try Options.parse(Array(CommandLine.arguments.dropFirst()))
-} catch {
-    complain("portloop-echod: \(error)\n\n\(Options.usage)")
-    exit(2)
-}
-if options.help {
-    say(Options.usage)
-    exit(0)
-}
-exit(EchoDaemon.run(options))
+EchoCommand.main()

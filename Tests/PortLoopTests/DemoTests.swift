@@ -106,21 +106,25 @@ struct DemoTests {
         #expect(outcome.output.contains("summary: messages="), "\(outcome.output)")
     }
 
-    @Test("a bad command line prints the usage on stderr and exits 2",
+    @Test("a bad command line prints the error and the usage on stderr and exits 64 (EX_USAGE)",
           arguments: [["--bogus"], ["--burst", "0"], ["--producers", "x"], ["--duration"], ["--duration=60"],
                       ["--quiet=yes"]])
     func badArguments(_ arguments: [String]) throws {
         let outcome = try runDemo(arguments)
-        #expect(outcome.status == 2)
+        #expect(outcome.status == 64)
         #expect(outcome.output.isEmpty, "\(outcome.output)")
-        #expect(outcome.errors.contains("usage: portloop-demo"), "\(outcome.errors)")
+        #expect(outcome.errors.hasPrefix("Error: "), "\(outcome.errors)")
+        #expect(outcome.errors.contains("Usage: portloop-demo"), "\(outcome.errors)")
     }
 
-    @Test("--help prints the usage on stdout and exits 0")
-    func help() throws {
-        let outcome = try runDemo(["--help"])
+    @Test("--help and -h list every flag on stdout and exit 0", arguments: ["--help", "-h"])
+    func help(_ flag: String) throws {
+        let outcome = try runDemo([flag])
         #expect(outcome.status == 0)
-        #expect(outcome.output.hasPrefix("usage: portloop-demo"))
+        #expect(outcome.output.hasPrefix("OVERVIEW: "), "\(outcome.output)")
+        for option in ["--duration <seconds>", "--producers <count>", "--burst <count>", "--quiet", "-h, --help"] {
+            #expect(outcome.output.contains(option), "\(option) in \(outcome.output)")
+        }
         #expect(outcome.errors.isEmpty)
     }
 }

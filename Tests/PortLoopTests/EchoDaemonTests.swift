@@ -117,21 +117,32 @@ struct EchoDaemonTests {
         #expect(daemon.line(startingWith: "summary: stopped (--duration 0.5 s elapsed) after") != nil, "\(daemon.stdout)")
     }
 
-    @Test("bad flags exit 2 with the error and the usage on standard error",
+    @Test("bad flags exit 64 (EX_USAGE) with the error and the usage on standard error",
           arguments: [["--bogus"], ["--workers", "0"], ["--workers"], ["--interval", "abc"], ["--clients", "-1"],
-                      ["--duration", "nan"], ["stray"], ["--help=yes"], ["--self-test", "10", "--clients", "0"]])
+                      ["--duration", "nan"], ["stray"], ["--self-test", "10", "--clients", "0"]])
     func badFlags(_ arguments: [String]) throws {
         let daemon = try Daemon(arguments)
-        #expect(daemon.waitForExit(seconds: 20) == 2)
-        #expect(daemon.stderr.hasPrefix("portloop-echod: "), "\(daemon.stderr)")
-        #expect(daemon.stderr.contains("usage: portloop-echod"), "\(daemon.stderr)")
+        #expect(daemon.waitForExit(seconds: 20) == 64)
+        #expect(daemon.stderr.hasPrefix("Error: "), "\(daemon.stderr)")
+        #expect(daemon.stderr.contains("Usage: portloop-echod"), "\(daemon.stderr)")
         #expect(daemon.stdout.isEmpty, "\(daemon.stdout)")
     }
 
-    @Test("--help prints the usage and exits 0")
-    func help() throws {
-        let daemon = try Daemon(["--help"])
+    @Test("--help and -h list every flag and exit 0", arguments: ["--help", "-h"])
+    func help(_ flag: String) throws {
+        let daemon = try Daemon([flag])
         #expect(daemon.waitForExit(seconds: 20) == 0)
-        #expect(daemon.stdout.hasPrefix("usage: portloop-echod"), "\(daemon.stdout)")
+        #expect(daemon.stdout.hasPrefix("OVERVIEW: "), "\(daemon.stdout)")
+        for option in ["--workers <count>", "--interval <seconds>", "--clients <count>", "--self-test <requests>",
+                       "--duration <seconds>", "-h, --help"] {
+            #expect(daemon.stdout.contains(option), "\(option) in \(daemon.stdout)")
+        }
+    }
+
+    @Test("with no clients the daemon says why it serves nothing")
+    func noClients() throws {
+        let daemon = try Daemon(["--duration", "0.3", "--interval", "0.1"])
+        #expect(daemon.waitForExit(seconds: 20) == 0, "\(daemon.stdout)\n\(daemon.stderr)")
+        #expect(daemon.line(startingWith: "portloop-echod: no clients") != nil, "\(daemon.stdout)")
     }
 }
