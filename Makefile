@@ -14,6 +14,7 @@
 #   demo         port-driven wake-ups of a run loop, traced live, ~3 s (release build); flags through
 #                DEMO_ARGS, e.g. make demo DEMO_ARGS="--burst 200 --producers 4"
 #   bench        the benchmarks, full runs (release build); bench-quick: fewer iterations
+#   fuzz         the model-checked fuzz harness of the C layer for FUZZ_SECONDS (600); fuzz-quick: 30 s, in test
 #   leakcheck    the C send/receive/destroy stress program under AddressSanitizer + LeakSanitizer + UBSan,
 #                then under valgrind when it is installed (stress-valgrind)
 #   clean        remove every build directory
@@ -44,7 +45,7 @@ STRESS_CFLAGS   = -std=gnu11 -O1 -g -Wall -Wextra -pthread -ICShims/include -ICS
 STRESS_LIBS     = $(DISPATCH_LIBS)
 SANITIZE        = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-.PHONY: all deps build test leakcheck stress-valgrind bench-build bench bench-quick demo clean
+.PHONY: all deps build test leakcheck stress-valgrind fuzz fuzz-quick bench-build bench bench-quick demo clean
 
 all: build
 
@@ -69,6 +70,7 @@ test: deps
 	$(MAKE) --no-print-directory examples
 	$(SWIFT) test --sanitize=thread --scratch-path $(TSAN_SCRATCH)
 	$(MAKE) --no-print-directory leakcheck
+	$(MAKE) --no-print-directory fuzz-quick
 	$(MAKE) --no-print-directory bench-build
 	@echo "make test: all passed"
 
@@ -101,6 +103,29 @@ leakcheck: deps
 	else \
 	    echo "leakcheck: valgrind not installed; skipping the valgrind run (ASan/LSan run passed)"; \
 	fi
+
+# The model-checked fuzz harness of the C layer (Tests/CFuzz): libFuzzer from the Swift toolchain's clang, with
+# AddressSanitizer, LeakSanitizer and UBSan. fuzz-quick (part of make test) runs it FUZZ_QUICK_SECONDS; fuzz runs
+# it FUZZ_SECONDS and prints libFuzzer's figures. The corpus grows in .build-fuzz/corpus, seeded from
+# Tests/CFuzz/corpus.
+FUZZ_CC            ?= $(dir $(realpath $(shell command -v $(SWIFT))))clang
+FUZZ_DIR           ?= .build-fuzz
+FUZZ_SECONDS       ?= 600
+FUZZ_QUICK_SECONDS ?= 30
+FUZZ_FLAGS          = -std=gnu11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fuse-ld=lld \
+                      -ICShims/include -ICShims
+
+$(FUZZ_DIR)/pl_fuzz_model: Tests/CFuzz/pl_fuzz_model.c $(wildcard CShims/*.c CShims/*.h CShims/include/*.h)
+	@mkdir -p $(FUZZ_DIR)/corpus
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ Tests/CFuzz/pl_fuzz_model.c $(wildcard CShims/*.c) $(DISPATCH_LIBS)
+
+fuzz-quick: $(FUZZ_DIR)/pl_fuzz_model
+	$(FUZZ_DIR)/pl_fuzz_model -max_total_time=$(FUZZ_QUICK_SECONDS) -print_final_stats=1 \
+	    $(FUZZ_DIR)/corpus Tests/CFuzz/corpus 2>&1 | grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss|Done )|ERROR|SUMMARY'
+	@echo "fuzz-quick: no failure in $(FUZZ_QUICK_SECONDS) s"
+
+fuzz: $(FUZZ_DIR)/pl_fuzz_model
+	$(FUZZ_DIR)/pl_fuzz_model -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(FUZZ_DIR)/corpus Tests/CFuzz/corpus
 
 # The same program without sanitizers, under valgrind's leak checker (about 8 s). `leakcheck` runs it
 # when valgrind is installed; `make deps` does not install valgrind. DWARF 4: valgrind cannot read the

@@ -154,9 +154,10 @@ typedef struct pl_wake_list {
  * inside) and note in wakes whom to wake. at_head puts it first (a too-large retry). */
 void pl_port_set_mark_ready_locked(pl_membership_t *m, bool at_head, pl_wake_list_t *wakes);
 
-/* With the port lock held: the port was emptied by a receive that did not come through this set; it leaves
- * the set's ready FIFO (set lock taken inside), so that its next message queues it at the back. */
-void pl_port_set_mark_empty_locked(pl_membership_t *m);
+/* With the port lock held: the port was emptied; it leaves the ready FIFO of every set holding it (each set's
+ * lock taken in turn), so that its next message queues it at the back of each, whichever receiver (direct, or
+ * through any one of its sets) took its last message. `except`: a set whose FIFO it has left already. */
+void pl_port_emptied_locked(pl_port_t *port, pl_port_set_t *except);
 
 /* After unlocking: perform the wake-ups collected, release the set references they held. */
 void pl_wake_list_run(pl_wake_list_t *wakes);

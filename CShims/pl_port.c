@@ -352,9 +352,7 @@ pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, s
     } else {
         status = pl_port_dequeue_locked(port, out, buffer, capacity);
         /* Emptied behind its sets' backs: out of their ready FIFOs, or it would keep an old turn there. */
-        if (status == PL_OK && port->count == 0) {
-            for (pl_membership_t *m = port->memberships; m != NULL; m = m->next_of_port) pl_port_set_mark_empty_locked(m);
-        }
+        if (status == PL_OK && port->count == 0 && port->memberships != NULL) pl_port_emptied_locked(port, NULL);
     }
     /* Pass the baton: a message is still queued (more of them, or one too large for this receiver, which
      * leaves without it) and another receiver sleeps. */

@@ -189,11 +189,14 @@ void pl_port_set_mark_ready_locked(pl_membership_t *m, bool at_head, pl_wake_lis
     pthread_mutex_unlock(&set->lock);
 }
 
-void pl_port_set_mark_empty_locked(pl_membership_t *m) {
-    pl_port_set_t *set = m->set;
-    pthread_mutex_lock(&set->lock);
-    pl_ready_remove(set, m);
-    pthread_mutex_unlock(&set->lock);
+void pl_port_emptied_locked(pl_port_t *port, pl_port_set_t *except) {
+    for (pl_membership_t *m = port->memberships; m != NULL; m = m->next_of_port) {
+        pl_port_set_t *set = m->set;
+        if (set == except) continue;
+        pthread_mutex_lock(&set->lock);
+        pl_ready_remove(set, m);
+        pthread_mutex_unlock(&set->lock);
+    }
 }
 
 void pl_wake_list_run(pl_wake_list_t *wakes) {
@@ -423,6 +426,8 @@ static pl_status_t pl_take_from_ready_port(pl_port_set_t *set, pl_received_t *ou
             /* Round-robin: a port with more goes to the back; a too-large message stays first. */
             pl_port_set_mark_ready_locked(again, status == PL_ERR_TOO_LARGE, &wakes);
         }
+        /* Emptied: out of its other sets' ready FIFOs too, so that it does not keep an old turn there. */
+        if (status == PL_OK && port->count == 0 && port->memberships != NULL) pl_port_emptied_locked(port, set);
         wake_receiver = port->count > 0 && port->waiting_receivers > 0; /* also after a too-large leave */
         wake_sender = status == PL_OK && pl_port_take_sender_wake_locked(port);
     }
@@ -493,6 +498,7 @@ next_ready_port:
         /* Round-robin, as after one receive; a message that did not fit as the first stays first. */
         pl_port_set_mark_ready_locked(again, taken == 0, &wakes);
     }
+    if (taken > 0 && port->count == 0 && port->memberships != NULL) pl_port_emptied_locked(port, set);
     bool wake_receiver = port->count > 0 && port->waiting_receivers > 0;
     pthread_mutex_unlock(&port->lock);
 
