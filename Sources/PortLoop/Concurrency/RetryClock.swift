@@ -5,8 +5,9 @@ import Glibc
 import Musl
 #endif
 
-/// Sleeps for tasks that retry after running out of descriptors: a thread of its own waiting on a condition
-/// variable, which needs no descriptor.
+/// Sleeps for tasks that must not depend on descriptors: a `PortMessages` consumer retrying after they ran out,
+/// the timeout and send back-off of an `async` request. A thread of its own waits on a condition variable,
+/// which needs no descriptor.
 ///
 /// Why not `Task.sleep`: on Linux its timers are libdispatch's, which needs descriptors of its own for them;
 /// in a process with every descriptor in use, a first `Task.sleep` stops the program (checked with Swift

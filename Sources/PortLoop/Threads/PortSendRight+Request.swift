@@ -56,3 +56,69 @@ extension PortSendRight {
         // `replies` is destroyed here: a reply still on its way finds a dead name.
     }
 }
+
+extension PortSendRight {
+    /// Sends a request and waits for its reply without blocking the calling task's thread: the `async` form of
+    /// ``request(id:bytes:timeout:maxReplySize:)``, safe from tasks of the cooperative pool. Same message, same
+    /// fresh reply port, same errors, except that a call made from the thread of the run loop that serves the
+    /// destination does not deadlock here (the task suspends and the loop goes on), so
+    /// ``PortError/calledOnLoopThread`` is never thrown.
+    ///
+    /// While the destination's queue is full, the send is retried with a short back-off (1 ms, growing to
+    /// 10 ms) until the timeout; the reply is awaited as a ``PortMessages`` consumer awaits, parked without a
+    /// thread. Cancelling the calling task ends the call with ``PortError/timedOut`` and destroys the reply port,
+    /// so a reply arriving later finds a dead name.
+    public func request(id: Int32 = 0, bytes: [UInt8] = [], timeout: PortTimeout = .forever,
+                        maxReplySize: Int = PortReceiveRight.defaultMaxMessageSize) async throws(PortError)
+        -> ReceivedMessage {
+        guard (1...PortReceiveRight.maxMessageSizeLimit).contains(maxReplySize) else {
+            throw .invalidArgument(argument: "maxReplySize",
+                                   reason: "\(maxReplySize) is outside 1…\(PortReceiveRight.maxMessageSizeLimit)")
+        }
+        let total = try timeout.nanoseconds()
+        let deadline = total > 0 ? monotonicNanoseconds().addingClamped(total) : (total == 0 ? 0 : .max)
+        let replies = try PortReceiveRight(queueLimit: 1, maxMessageSize: PortReceiveRight.maxMessageSizeLimit)
+
+        // Send, waiting for room by polling: a blocking send would hold the pool's thread.
+        var pause = Duration.milliseconds(1)
+        while true {
+            do throws(PortError) {
+                try send(id: id, bytes: bytes, replyPort: replies.makeSendRight(), timeout: .poll)
+                break
+            } catch .timedOut {
+                let left = deadline.subtractingClamped(monotonicNanoseconds())
+                guard left > 0, await RetryClock.shared.sleep(for: min(pause, .nanoseconds(left))) else {
+                    throw .timedOut
+                }
+                pause = min(pause * 2, .milliseconds(10))
+            }
+        }
+
+        let reply: ReceivedMessage?
+        if total == 0 {
+            do throws(PortError) { reply = try replies.receive(timeout: .poll) } catch .timedOut { reply = nil }
+        } else {
+            let messages = PortMessages(replies)
+            reply = await withTaskGroup(of: ReceivedMessage?.self) { group in
+                group.addTask {
+                    var iterator = messages.makeAsyncIterator()
+                    return await iterator.next()
+                }
+                if deadline != .max {
+                    group.addTask {
+                        _ = await RetryClock.shared.sleep(for: .nanoseconds(deadline.subtractingClamped(monotonicNanoseconds())))
+                        return nil
+                    }
+                }
+                let first = await group.next() ?? nil
+                group.cancelAll() // the consumer, if it is still waiting, ends and destroys the reply port
+                return first
+            }
+        }
+        guard let reply else { throw .timedOut }
+        guard reply.payload.count <= maxReplySize else {
+            throw .tooLarge(size: reply.payload.count, limit: maxReplySize)
+        }
+        return reply
+    }
+}
