@@ -158,31 +158,16 @@ final class PortMessageReactor: @unchecked Sendable {
 
     /// Starts the waiting thread of a new session; with the lock held.
     private func startThread(_ session: Session) throws(ParkFailure) {
-        final class Context {
-            let reactor: PortMessageReactor
-            let session: Session
-            init(_ reactor: PortMessageReactor, _ session: Session) { self.reactor = reactor; self.session = session }
-        }
         if let hook = threadStartFailureForTesting, let errno = hook() {
             throw ParkFailure(call: "pthread_create", error: .systemCallFailed(call: "pthread_create", errno: errno))
         }
-        let context = Unmanaged.passRetained(Context(self, session)).toOpaque()
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-        var thread = pthread_t()
         runningThreads.add(1, ordering: .relaxed)
-        let rc = pthread_create(&thread, &attributes, { raw in
-            let context = Unmanaged<Context>.fromOpaque(raw!).takeRetainedValue()
-            pl_thread_set_name(PortMessageReactor.threadName)
-            context.reactor.serve(context.session)
-            context.reactor.runningThreads.subtract(1, ordering: .relaxed)
-            return nil
-        }, context)
-        pthread_attr_destroy(&attributes)
+        let rc = startDetachedThread(named: Self.threadName) { [self] in
+            serve(session)
+            runningThreads.subtract(1, ordering: .relaxed)
+        }
         guard rc != 0 else { return }
         runningThreads.subtract(1, ordering: .relaxed)
-        Unmanaged<Context>.fromOpaque(context).release() // the thread never took it
         throw ParkFailure(call: "pthread_create", error: .systemCallFailed(call: "pthread_create", errno: rc))
     }
 

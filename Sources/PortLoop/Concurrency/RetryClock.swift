@@ -1,10 +1,3 @@
-import CPortLoop
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
-
 /// Sleeps for tasks that must not depend on descriptors: a `PortMessages` consumer retrying after they ran out,
 /// the timeout and send back-off of an `async` request. A thread of its own waits on a condition variable,
 /// which needs no descriptor.
@@ -65,15 +58,7 @@ final class RetryClock: @unchecked Sendable {
     }
 
     private func startThread() -> Bool {
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-        var thread = pthread_t()
-        let rc = pthread_create(&thread, &attributes, { _ in
-            RetryClock.shared.serve()
-            return nil
-        }, nil)
-        pthread_attr_destroy(&attributes)
+        let rc = startDetachedThread(named: "portloop.clock") { RetryClock.shared.serve() }
         if rc != 0 { condition.withLock { threadRunning = false } }
         return rc == 0
     }
