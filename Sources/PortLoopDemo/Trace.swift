@@ -2,7 +2,7 @@
 // and the trace printed from them.
 import PortLoop
 
-/// The mode the loop switches into while "a scroll view is dragged" (UITrackingRunLoopMode in the seeds);
+/// The mode the loop switches into while "a scroll view is dragged" (UIKit's UITrackingRunLoopMode);
 /// it is made a common mode, so common-mode items run in it and default-mode ones do not.
 let trackingMode: PortRunLoop.Mode = "tracking"
 
