@@ -19,6 +19,7 @@ typedef struct pl_slot {
     int32_t id;
     uint32_t size;
     pl_port_t *reply; /* a send right owned by the message, or NULL */
+    struct pl_msg_extra *extra; /* sender and attachments (pl_remote.h); NULL for a plain local message */
     union {
         unsigned char bytes[PL_INLINE_PAYLOAD];
         void *heap;
@@ -59,7 +60,20 @@ struct pl_port {
     pl_slot_t *ring;          /* capacity grows on demand up to qlimit */
     uint32_t ring_capacity, head, count;
     pl_membership_t *memberships;
+    /* Across processes (pl_remote.h): */
+    uint32_t reserved;        /* queue room lent to other processes as credit: full at count + reserved */
+    uint32_t want_waiters;    /* exports whose peer waits for credit */
+    bool reclaim_asked;       /* a local sender asked the transport to reclaim credit */
+    bool no_senders_wakes;    /* pl_port_set_no_senders_wakes */
+    struct pl_export *exports;/* rights to this port held by other processes, one entry per connection */
+    struct pl_proxy *proxy;   /* set for a proxy: this port lives in another process; fixed at creation */
+    struct pl_service *service; /* checked in under a name (the transport thread's) */
 };
+
+/* Whether a port has no room for one more message from a local sender (lock held). */
+static inline bool pl_port_full_locked(const pl_port_t *port) {
+    return port->count + port->reserved >= port->qlimit;
+}
 
 /* A descriptor member of a set. Guarded by the set's lock; epoll knows it by `id` only. */
 typedef struct pl_fd_member {
@@ -132,7 +146,8 @@ void pl_port_retain_internal(pl_port_t *port);
 void pl_port_release_internal(pl_port_t *port);
 
 /* Dequeues the first message into out/buffer; the port lock must be held and count > 0.
- * Returns PL_ERR_TOO_LARGE (message left in place) when it does not fit. */
+ * Returns PL_ERR_TOO_LARGE (message left in place) when it does not fit. The message's sender, attachments and
+ * reply right move to out; room freed for another process is lent again (pl_remote.h). */
 pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity);
 
 /* ---- set internals used by the port file ---- */
@@ -164,6 +179,20 @@ void pl_wake_list_run(pl_wake_list_t *wakes);
 
 /* With the port lock held: unlink m from its set (set lock taken inside). The caller frees m. */
 void pl_port_set_unlink_locked(pl_membership_t *m);
+
+/* Creates a proxy port for a port of another process (pl_conn.c); its receive right is the connection's. */
+pl_port_t *pl_port_new_proxy(struct pl_proxy *proxy);
+
+/* Queues a message that came over a connection through export `e`, spending one credit the peer held, in one
+ * hold of the port's lock (so that no local sender can take the room meanwhile). PL_ERR_INVALID_ARG: the peer
+ * held no credit; PL_ERR_INVALID_DEST: the port was destroyed. On error the caller still owns the slot. */
+pl_status_t pl_port_enqueue_remote(pl_port_t *port, pl_slot_t *slot, struct pl_export *e);
+
+/* Releases what a queued message owns (no lock held). */
+void pl_slot_dispose(pl_slot_t *slot);
+
+/* The cross-process part of a destroyed port's clean-up (pl_conn.c); no lock held. */
+void pl_remote_port_destroyed(pl_port_t *port);
 
 /* ---- errors ---- */
 

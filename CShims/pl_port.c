@@ -5,12 +5,14 @@
  * the lock (large payloads are the only allocation on the send path), decide under the lock whom to wake,
  * and wake them after unlocking. See portloop.h for the design.
  */
-#include "pl_internal.h"
+#include "pl_remote.h"
 
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static atomic_uint_fast64_t pl_next_port_name = 1;
 
@@ -42,10 +44,30 @@ void pl_port_retain_internal(pl_port_t *port) {
     atomic_fetch_add_explicit(&port->refs, 1, memory_order_relaxed);
 }
 
+pl_port_t *pl_port_new_proxy(pl_proxy_t *proxy) {
+    pl_port_t *port = calloc(1, sizeof *port);
+    if (port == NULL) return NULL;
+    port->magic = PL_PORT_MAGIC;
+    pl_mutex_init_adaptive(&port->lock);
+    pl_cond_init_monotonic(&port->receivers);
+    pl_cond_init_monotonic(&port->senders);
+    atomic_init(&port->refs, 1); /* the connection's import table holds the "receive right" */
+    atomic_init(&port->send_rights, 0);
+    atomic_init(&port->context, NULL);
+    port->name = atomic_fetch_add_explicit(&pl_next_port_name, 1, memory_order_relaxed);
+    port->qlimit = 1;
+    port->max_msg_size = proxy->max_size;
+    port->proxy = proxy;
+    return port;
+}
+
+int pl_port_is_remote(const pl_port_t *port) { return port != NULL && port->proxy != NULL; }
+
 void pl_port_release_internal(pl_port_t *port) {
     if (atomic_fetch_sub_explicit(&port->refs, 1, memory_order_acq_rel) != 1) return;
     /* Last reference: the receive right was destroyed before (it holds a reference), so the queue is
      * empty and the port is in no set. */
+    if (port->proxy != NULL) pl_proxy_free(port->proxy);
     free(port->ring);
     pthread_cond_destroy(&port->receivers);
     pthread_cond_destroy(&port->senders);
@@ -54,10 +76,36 @@ void pl_port_release_internal(pl_port_t *port) {
     free(port);
 }
 
+static void pl_extra_free(pl_msg_extra_t *extra) {
+    if (extra == NULL) return;
+    pl_attachments_free(extra->attachments);
+    if (extra->origin != NULL) pl_conn_release(extra->origin);
+    free(extra);
+}
+
 /* Releases what a queued message owns. Called without any port lock held. */
-static void pl_slot_dispose(pl_slot_t *slot) {
+void pl_slot_dispose(pl_slot_t *slot) {
     if (slot->size > PL_INLINE_PAYLOAD) free(slot->payload.heap);
     if (slot->reply != NULL) pl_port_release_send(slot->reply);
+    pl_extra_free(slot->extra);
+}
+
+pl_attachments_t *pl_attachments_new(uint32_t count) {
+    pl_attachments_t *a = calloc(1, sizeof *a + sizeof a->items[0] * count);
+    if (a == NULL) return NULL;
+    a->count = count;
+    for (uint32_t i = 0; i < count; i++) a->items[i].fd = -1;
+    return a;
+}
+
+void pl_attachments_free(pl_attachments_t *attachments) {
+    if (attachments == NULL) return;
+    for (uint32_t i = 0; i < attachments->count; i++) {
+        pl_attachment_t *item = &attachments->items[i];
+        if (item->port != NULL) pl_port_release_send(item->port);
+        if (item->fd >= 0) close(item->fd);
+    }
+    free(attachments);
 }
 
 pl_status_t pl_port_destroy(pl_port_t *port) {
@@ -85,12 +133,14 @@ pl_status_t pl_port_destroy(pl_port_t *port) {
     }
     bool wake_receivers = port->waiting_receivers > 0;
     bool wake_senders = port->waiting_senders > 0;
+    bool remote = port->exports != NULL || port->service != NULL;
     pthread_mutex_unlock(&port->lock);
 
     if (wake_receivers) pthread_cond_broadcast(&port->receivers);
     if (wake_senders) pthread_cond_broadcast(&port->senders);
     for (uint32_t i = 0; i < count; i++) pl_slot_dispose(&ring[(head + i) % capacity]);
     free(ring);
+    if (remote) pl_remote_port_destroyed(port);
     pl_port_release_internal(port); /* the receive right's reference */
     return PL_OK;
 }
@@ -109,9 +159,27 @@ pl_status_t pl_port_release_send(pl_port_t *port) {
     do {
         if (rights == 0) return PL_ERR_INVALID_NAME;
     } while (!atomic_compare_exchange_weak_explicit(&port->send_rights, &rights, rights - 1,
-                                                    memory_order_relaxed, memory_order_relaxed));
+                                                    memory_order_acq_rel, memory_order_relaxed));
+    if (rights == 1) {
+        if (port->proxy != NULL) {
+            pl_proxy_unused(port); /* tell the owner; a transfer arriving meanwhile revives it */
+        } else {
+            /* A receiver waiting for a reply that can no longer come: wake it. */
+            pthread_mutex_lock(&port->lock);
+            bool wake = port->no_senders_wakes && port->waiting_receivers > 0;
+            pthread_mutex_unlock(&port->lock);
+            if (wake) pthread_cond_broadcast(&port->receivers);
+        }
+    }
     pl_port_release_internal(port);
     return PL_OK;
+}
+
+void pl_port_set_no_senders_wakes(pl_port_t *port, int enabled) {
+    if (port == NULL || port->proxy != NULL) return;
+    pthread_mutex_lock(&port->lock);
+    port->no_senders_wakes = enabled != 0;
+    pthread_mutex_unlock(&port->lock);
 }
 
 uint32_t pl_port_send_right_count(const pl_port_t *port) {
@@ -178,7 +246,7 @@ uint32_t pl_port_message_count(const pl_port_t *port) {
 
 /* Copies a payload into a slot; false when a large payload's allocation fails. */
 static bool pl_slot_fill(pl_slot_t *slot, int32_t id, const void *payload, size_t size) {
-    *slot = (pl_slot_t){ .id = id, .size = (uint32_t)size, .reply = NULL };
+    *slot = (pl_slot_t){ .id = id, .size = (uint32_t)size, .reply = NULL, .extra = NULL };
     if (size > PL_INLINE_PAYLOAD) {
         slot->payload.heap = malloc(size);
         if (slot->payload.heap == NULL) return false;
@@ -187,6 +255,52 @@ static bool pl_slot_fill(pl_slot_t *slot, int32_t id, const void *payload, size_
         memcpy(slot->payload.bytes, payload, size);
     }
     return true;
+}
+
+/* Copies the caller's attachments for a local message: a new send right per port, a duplicate per descriptor.
+ * All or none. */
+static pl_status_t pl_attachments_copy(const pl_attachment_t *items, uint32_t count, pl_attachments_t **out) {
+    *out = NULL;
+    if (count == 0) return PL_OK;
+    pl_attachments_t *copy = pl_attachments_new(count);
+    if (copy == NULL) return PL_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < count; i++) {
+        pl_attachment_t *to = &copy->items[i];
+        to->kind = items[i].kind;
+        if (items[i].kind == PL_ATTACHMENT_SEND_RIGHT) {
+            pl_port_make_send(items[i].port);
+            to->port = items[i].port;
+        } else {
+            to->fd = fcntl(items[i].fd, F_DUPFD_CLOEXEC, 0);
+            if (to->fd < 0) {
+                pl_status_t status = errno == EBADF ? PL_ERR_INVALID_ARG : pl_system_failure("fcntl(F_DUPFD_CLOEXEC)");
+                int saved = errno;
+                pl_attachments_free(copy);
+                errno = saved;
+                return status;
+            }
+        }
+    }
+    *out = copy;
+    return PL_OK;
+}
+
+/* Checks a caller's attachments before anything is made of them. */
+static pl_status_t pl_attachments_check(const pl_attachment_t *items, uint32_t count) {
+    if (count > PL_MAX_ATTACHMENTS || (count > 0 && items == NULL)) return PL_ERR_INVALID_ARG;
+    for (uint32_t i = 0; i < count; i++) {
+        switch (items[i].kind) {
+        case PL_ATTACHMENT_SEND_RIGHT:
+            if (items[i].port == NULL) return PL_ERR_INVALID_ARG;
+            break;
+        case PL_ATTACHMENT_FD:
+            if (items[i].fd < 0) return PL_ERR_INVALID_ARG;
+            break;
+        default:
+            return PL_ERR_INVALID_ARG;
+        }
+    }
+    return PL_OK;
 }
 
 /* After a message was queued, with the port lock held: unlocks, then wakes whoever must look. Only the
@@ -226,39 +340,62 @@ static pl_status_t pl_ring_reserve_locked(pl_port_t *port) {
     return PL_OK;
 }
 
-pl_status_t pl_port_send(pl_port_t *port, int32_t id, const void *payload, size_t size,
-                         pl_port_t *reply, int64_t timeout_ns) {
+/* Waits for room as a local sender (lock held). Room lent to other processes and not used is reclaimed. */
+static pl_status_t pl_port_wait_for_room_locked(pl_port_t *port, int64_t timeout_ns) {
+    if (port->dead || !pl_port_full_locked(port)) return PL_OK;
+    if (timeout_ns == 0) return PL_ERR_TIMED_OUT;
+    int64_t deadline = pl_deadline_ns(timeout_ns);
+    port->waiting_senders++;
+    while (!port->dead && pl_port_full_locked(port) && pl_now_ns() < deadline) {
+        if (port->reserved > 0 && !port->reclaim_asked) {
+            port->reclaim_asked = true;
+            pthread_mutex_unlock(&port->lock);
+            pl_remote_reclaim(port);
+            pthread_mutex_lock(&port->lock);
+            continue;
+        }
+        pl_cond_wait_until(&port->senders, &port->lock, deadline);
+        /* Woken, timed out or spurious: count one signal as consumed. Counting a timeout too only
+         * means a later dequeue signals once more than needed. */
+        if (port->sender_wakes_pending > 0) port->sender_wakes_pending--;
+    }
+    port->waiting_senders--;
+    return (!port->dead && pl_port_full_locked(port)) ? PL_ERR_TIMED_OUT : PL_OK;
+}
+
+pl_status_t pl_port_send_with(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
+                              const pl_attachment_t *attachments, uint32_t attachment_count, int64_t timeout_ns) {
     if (port == NULL || !pl_timeout_valid(timeout_ns)) return PL_ERR_INVALID_ARG;
     if (size > 0 && payload == NULL) return PL_ERR_INVALID_ARG;
+    pl_status_t status = pl_attachments_check(attachments, attachment_count);
+    if (status != PL_OK) return status;
     if (size > port->max_msg_size) return PL_ERR_TOO_LARGE;
+    if (port->proxy != NULL) {
+        return pl_proxy_send(port, id, payload, size, reply, attachments, attachment_count, timeout_ns);
+    }
 
-    /* Copy the payload before taking the lock. */
+    /* Copy the payload and the attachments before taking the lock. */
     pl_slot_t slot;
     if (!pl_slot_fill(&slot, id, payload, size)) return PL_ERR_NO_MEMORY;
-
-    pl_status_t status = PL_OK;
-    pthread_mutex_lock(&port->lock);
-    if (!port->dead && port->count >= port->qlimit) {
-        if (timeout_ns == 0) {
-            status = PL_ERR_TIMED_OUT;
-        } else {
-            int64_t deadline = pl_deadline_ns(timeout_ns);
-            port->waiting_senders++;
-            while (!port->dead && port->count >= port->qlimit && pl_now_ns() < deadline) {
-                pl_cond_wait_until(&port->senders, &port->lock, deadline);
-                /* Woken, timed out or spurious: count one signal as consumed. Counting a timeout too only
-                 * means a later dequeue signals once more than needed. */
-                if (port->sender_wakes_pending > 0) port->sender_wakes_pending--;
-            }
-            port->waiting_senders--;
-            if (!port->dead && port->count >= port->qlimit) status = PL_ERR_TIMED_OUT;
+    if (attachment_count > 0) {
+        slot.extra = calloc(1, sizeof *slot.extra);
+        status = slot.extra == NULL ? PL_ERR_NO_MEMORY
+                                    : pl_attachments_copy(attachments, attachment_count, &slot.extra->attachments);
+        if (status != PL_OK) {
+            int saved = errno;
+            pl_slot_dispose(&slot);
+            errno = saved;
+            return status;
         }
     }
+
+    pthread_mutex_lock(&port->lock);
+    status = pl_port_wait_for_room_locked(port, timeout_ns);
     if (status == PL_OK && port->dead) status = PL_ERR_INVALID_DEST;
     if (status == PL_OK) status = pl_ring_reserve_locked(port);
     if (status != PL_OK) {
         pthread_mutex_unlock(&port->lock);
-        if (size > PL_INLINE_PAYLOAD) free(slot.payload.heap);
+        pl_slot_dispose(&slot);
         return status;
     }
 
@@ -273,21 +410,52 @@ pl_status_t pl_port_send(pl_port_t *port, int32_t id, const void *payload, size_
     return PL_OK;
 }
 
-pl_status_t pl_port_requeue(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply) {
-    if (port == NULL || (size > 0 && payload == NULL)) return PL_ERR_INVALID_ARG;
-    if (size > port->max_msg_size) return PL_ERR_TOO_LARGE;
+pl_status_t pl_port_send(pl_port_t *port, int32_t id, const void *payload, size_t size,
+                         pl_port_t *reply, int64_t timeout_ns) {
+    return pl_port_send_with(port, id, payload, size, reply, NULL, 0, timeout_ns);
+}
+
+pl_status_t pl_port_enqueue_remote(pl_port_t *port, pl_slot_t *slot, pl_export_t *e) {
+    pthread_mutex_lock(&port->lock);
+    uint32_t held = e->lent - atomic_load_explicit(&e->owed, memory_order_acquire);
+    pl_status_t status = port->dead ? PL_ERR_INVALID_DEST : (held == 0 ? PL_ERR_INVALID_ARG : pl_ring_reserve_locked(port));
+    if (status != PL_OK) {
+        pthread_mutex_unlock(&port->lock);
+        return status;
+    }
+    e->lent--;
+    port->reserved--;
+    port->ring[(port->head + port->count) % port->ring_capacity] = *slot;
+    port->count++;
+    pl_port_wake_after_enqueue_unlock(port, false);
+    return PL_OK;
+}
+
+pl_status_t pl_port_requeue(pl_port_t *port, const pl_received_t *received, const void *payload) {
+    if (port == NULL || received == NULL || (received->size > 0 && payload == NULL)) return PL_ERR_INVALID_ARG;
+    if (port->proxy != NULL) return PL_ERR_INVALID_ARG;
+    if (received->size > port->max_msg_size) return PL_ERR_TOO_LARGE;
     pl_slot_t slot;
-    if (!pl_slot_fill(&slot, id, payload, size)) return PL_ERR_NO_MEMORY;
+    if (!pl_slot_fill(&slot, received->id, payload, received->size)) return PL_ERR_NO_MEMORY;
+    if (received->sender.pid != 0 || received->attachments != NULL) {
+        slot.extra = calloc(1, sizeof *slot.extra);
+        if (slot.extra == NULL) {
+            pl_slot_dispose(&slot);
+            return PL_ERR_NO_MEMORY;
+        }
+        slot.extra->sender = received->sender;
+    }
 
     pthread_mutex_lock(&port->lock);
     /* No limit check: the message was in the queue before, and senders wait while it is over the limit. */
     pl_status_t status = port->dead ? PL_ERR_INVALID_NAME : pl_ring_reserve_locked(port);
     if (status != PL_OK) {
         pthread_mutex_unlock(&port->lock);
-        if (size > PL_INLINE_PAYLOAD) free(slot.payload.heap);
+        pl_slot_dispose(&slot); /* the reply right and attachments are not in it yet: the caller keeps them */
         return status;
     }
-    slot.reply = reply; /* the caller's right moves in */
+    slot.reply = received->reply; /* the caller's right and attachments move in */
+    if (slot.extra != NULL) slot.extra->attachments = received->attachments;
     port->head = (port->head + port->ring_capacity - 1) % port->ring_capacity;
     port->ring[port->head] = slot;
     port->count++;
@@ -306,6 +474,8 @@ pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *bu
     out->arrival_context = atomic_load_explicit(&port->context, memory_order_acquire);
     out->fd = -1;
     out->reply = NULL;
+    out->attachments = NULL;
+    out->sender = (pl_sender_t){ 0 };
     if (slot->size > capacity) return PL_ERR_TOO_LARGE;
 
     if (slot->size > PL_INLINE_PAYLOAD) {
@@ -317,6 +487,16 @@ pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *bu
     out->reply = slot->reply; /* the send right moves to the receiver */
     port->head = (port->head + 1) % port->ring_capacity;
     port->count--;
+    pl_msg_extra_t *extra = slot->extra;
+    if (extra != NULL) {
+        out->sender = extra->sender;
+        out->attachments = extra->attachments;
+        if (extra->origin != NULL) {
+            pl_remote_room_freed_locked(port, extra->origin);
+            pl_conn_release(extra->origin); /* frees memory only, never under a lock of its own */
+        }
+        free(extra);
+    }
     return PL_OK;
 }
 
@@ -325,10 +505,17 @@ static void pl_received_reset(pl_received_t *out) {
     out->fd = -1;
 }
 
+/* Whether a receive on the port can never succeed: empty, no sender left, and the receiver asked to know. */
+static inline bool pl_port_senderless_locked(const pl_port_t *port) {
+    return port->no_senders_wakes && port->count == 0 &&
+           atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0;
+}
+
 pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity,
                             int64_t timeout_ns) {
     if (port == NULL || out == NULL || !pl_timeout_valid(timeout_ns)) return PL_ERR_INVALID_ARG;
     if (capacity > 0 && buffer == NULL) return PL_ERR_INVALID_ARG;
+    if (port->proxy != NULL) return PL_ERR_INVALID_ARG;
     pl_received_reset(out);
 
     pthread_mutex_lock(&port->lock);
@@ -339,7 +526,7 @@ pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, s
     if (port->count == 0 && timeout_ns != 0) {
         int64_t deadline = pl_deadline_ns(timeout_ns);
         port->waiting_receivers++;
-        while (!port->dead && port->count == 0 && pl_now_ns() < deadline) {
+        while (!port->dead && port->count == 0 && !pl_port_senderless_locked(port) && pl_now_ns() < deadline) {
             pl_cond_wait_until(&port->receivers, &port->lock, deadline);
         }
         port->waiting_receivers--;
@@ -348,7 +535,7 @@ pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, s
     if (port->dead) {
         status = PL_ERR_PORT_DIED;
     } else if (port->count == 0) {
-        status = PL_ERR_TIMED_OUT;
+        status = pl_port_senderless_locked(port) ? PL_ERR_NO_SENDERS : PL_ERR_TIMED_OUT;
     } else {
         status = pl_port_dequeue_locked(port, out, buffer, capacity);
         /* Emptied behind its sets' backs: out of their ready FIFOs, or it would keep an old turn there. */

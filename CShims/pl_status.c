@@ -32,6 +32,11 @@ const char *pl_status_describe(pl_status_t status) {
     case PL_ERR_NO_MEMORY: return "out of memory";
     case PL_ERR_SYSTEM: return "system call failed";
     case PL_ERR_WOULD_DEADLOCK: return "would deadlock: the calling thread is the one that must receive the reply";
+    case PL_ERR_NO_SENDERS: return "no senders: no send right to the port is left, so nothing can arrive";
+    case PL_ERR_NAME_IN_USE: return "name in use: a live process has checked in that service name";
+    case PL_ERR_UNKNOWN_SERVICE: return "unknown service: no process has checked in that name";
+    case PL_ERR_REFUSED: return "refused: the service's policy does not admit this process";
+    case PL_ERR_NO_SPACE: return "no space: a connection's or service's limit is reached";
     }
     return "unknown status";
 }

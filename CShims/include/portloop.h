@@ -90,6 +90,13 @@ typedef enum pl_status {
     PL_ERR_SYSTEM = 10,       /**< an operating-system call failed; see errno and pl_last_system_call */
     PL_ERR_WOULD_DEADLOCK = 11,/**< (no Mach equivalent) the caller would wait for a message that only its own
                                     thread can deliver; raised by the Swift layer's request, not by C calls */
+    PL_ERR_NO_SENDERS = 12,   /**< MACH_NOTIFY_NO_SENDERS: the port is empty and no send right to it is left, so
+                                   nothing can arrive (only with pl_port_set_no_senders_wakes) */
+    PL_ERR_NAME_IN_USE = 13,  /**< BOOTSTRAP_SERVICE_ACTIVE: a live process has checked in that name */
+    PL_ERR_UNKNOWN_SERVICE = 14, /**< BOOTSTRAP_UNKNOWN_SERVICE: no process has checked in that name */
+    PL_ERR_REFUSED = 15,      /**< BOOTSTRAP_NOT_PRIVILEGED: the service's policy does not admit the caller */
+    PL_ERR_NO_SPACE = 16,     /**< KERN_NO_SPACE: a connection's or a service's limit is reached (rights held,
+                                   connections) */
 } pl_status_t;
 
 /** A short English description of a status, e.g. "timed out". Never NULL; static storage. */
@@ -200,17 +207,62 @@ uint32_t pl_port_message_count(const pl_port_t *port);
 pl_status_t pl_port_send(pl_port_t *port, int32_t id, const void *payload, size_t size,
                          pl_port_t *reply, int64_t timeout_ns);
 
+
+/** Most rights and descriptors one message carries, its reply right not counted. */
+#define PL_MAX_ATTACHMENTS 64u
+
+/** What an attachment is. */
+typedef enum pl_attachment_kind {
+    PL_ATTACHMENT_SEND_RIGHT = 1, /**< a send right (MACH_MSG_TYPE_COPY_SEND in a port descriptor) */
+    PL_ATTACHMENT_FD = 2,         /**< a file descriptor (as SCM_RIGHTS passes it) */
+} pl_attachment_kind_t;
+
+/** A right or a descriptor carried by a message (a Mach message's body descriptors). */
+typedef struct pl_attachment {
+    pl_attachment_kind_t kind;
+    pl_port_t *port;              /**< PL_ATTACHMENT_SEND_RIGHT: the right; NULL once taken */
+    int fd;                       /**< PL_ATTACHMENT_FD: the descriptor; -1 once taken */
+} pl_attachment_t;
+
+/** The attachments of a received message. The receiver owns them: it takes what it wants (setting port to
+ *  NULL or fd to -1) and frees the rest with pl_attachments_free. */
+typedef struct pl_attachments {
+    uint32_t count;
+    pl_attachment_t items[];
+} pl_attachments_t;
+
+/** The i-th attachment (i < count). Why a function: Swift does not import flexible array members. */
+static inline pl_attachment_t *pl_attachments_item(pl_attachments_t *attachments, uint32_t i) {
+    return &attachments->items[i];
+}
+
+/** Releases the rights and closes the descriptors still in `attachments`, then frees it. NULL is ignored. */
+void pl_attachments_free(pl_attachments_t *attachments);
+
+/** Who sent a message (what Mach's audit trailer tells a receiver). pid 0 means this process: the message was
+ *  sent by one of its threads. */
+typedef struct pl_sender {
+    int32_t pid;                  /**< the sending process, when its connection was made */
+    uint32_t uid, gid;            /**< its effective user and group then (SO_PEERCRED) */
+    uint64_t process_id;          /**< the inode of its pidfd (SO_PEERPIDFD): unique while the system runs, so
+                                       unlike a pid never reused; 0 where the kernel cannot tell */
+} pl_sender_t;
+
 /**
- * Puts a received message back at the head of the port's queue, ahead of every message queued now (no Mach
- * equivalent). For a receiver that took more than it can handle: a run loop whose source left the mode, or
- * whose run was stopped, while messages it had taken were still unhandled. The queue may exceed its limit
- * until the receiver catches up; senders wait meanwhile, as for a full queue. The payload is copied and the
- * reply right, if any, moves into the message. To put several messages back in their order, return the last
- * one first. A receiver blocked on the port, or a set holding it, is woken as for a send.
- * PL_ERR_INVALID_NAME if the port was destroyed meanwhile: nothing is queued and the caller keeps the reply
- * right (a destroyed port's messages are destroyed, so the caller releases it).
+ * Sends a message carrying rights and descriptors (mach_msg with a complex message: port descriptors with
+ * MACH_MSG_TYPE_COPY_SEND, and descriptors as SCM_RIGHTS passes them). The caller keeps its own rights and
+ * descriptors: the message carries a new send right to each port and a duplicate of each descriptor. At most
+ * PL_MAX_ATTACHMENTS. All or none: on any error nothing is queued and nothing is left behind. Otherwise as
+ * pl_port_send.
  */
-pl_status_t pl_port_requeue(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply);
+pl_status_t pl_port_send_with(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
+                              const pl_attachment_t *attachments, uint32_t attachment_count, int64_t timeout_ns);
+
+/** While enabled, a receive on the port that finds it empty with no send right left returns PL_ERR_NO_SENDERS
+ *  at once instead of waiting (a request's reply port uses it: when the replier dropped its right, or its
+ *  process died, no reply can come). Releasing the last send right wakes receivers blocked on the port
+ *  directly. */
+void pl_port_set_no_senders_wakes(pl_port_t *port, int enabled);
 
 /** What a receive returned. */
 typedef enum pl_received_kind {
@@ -228,6 +280,8 @@ typedef struct pl_received {
     void *arrival_context;    /**< that port's context (pl_port_set_context) */
     int fd;                   /**< with PL_RECEIVED_FD: the readable descriptor; otherwise -1 */
     uint32_t offset;          /**< where the payload starts in the buffer: 0, except in a batch */
+    pl_sender_t sender;       /**< who sent it; pid 0: this process */
+    pl_attachments_t *attachments; /**< rights and descriptors it carried, or NULL; the receiver owns them */
 } pl_received_t;
 
 /**
@@ -239,6 +293,19 @@ typedef struct pl_received {
  */
 pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity,
                             int64_t timeout_ns);
+
+/**
+ * Puts a received message back at the head of the port's queue, ahead of every message queued now (no Mach
+ * equivalent). For a receiver that took more than it can handle: a run loop whose source left the mode, or
+ * whose run was stopped, while messages it had taken were still unhandled. The queue may exceed its limit
+ * until the receiver catches up; senders wait meanwhile, as for a full queue. The id, size, sender, reply
+ * right and attachments are those of `received`; the payload (received->size bytes) is copied, the reply right
+ * and the attachments move into the message. To put several messages back in their order, return the last
+ * one first. A receiver blocked on the port, or a set holding it, is woken as for a send.
+ * PL_ERR_INVALID_NAME if the port was destroyed meanwhile: nothing is queued and the caller keeps the reply
+ * right and the attachments (a destroyed port's messages are destroyed, so the caller releases them).
+ */
+pl_status_t pl_port_requeue(pl_port_t *port, const pl_received_t *received, const void *payload);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* Port sets                                                                                          */
@@ -306,6 +373,81 @@ pl_status_t pl_port_set_receive_batch(pl_port_set_t *set, pl_received_t *outs, u
  *  writes to a receiver in the base, signals to one waiting on the set's condition variable), since creation.
  *  For tests and benchmarks of wake-up coalescing. */
 void pl_port_set_wake_stats(pl_port_set_t *set, uint64_t *out_sleeps, uint64_t *out_wakes);
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Across processes: named services (launchd's bootstrap_check_in / bootstrap_look_up)                 */
+
+/*
+ * A process checks in a name and keeps the port's receive right; any process of the same user looks the name
+ * up and gets a send right to it. Between them runs a connection (a SOCK_SEQPACKET Unix socket), read in each
+ * process by one transport thread that the first check-in or look-up starts. On a right to a port of another
+ * process every call works as on a local one: sends, timeouts and queue limits, replies, rights and
+ * descriptors in messages. When that process dies, the right becomes a dead name.
+ *
+ * The namespace is a directory only its user may enter (mode 0700), holding one socket per service and a
+ * lock file that the service's process holds (flock) while it lives: a name left behind by a dead process is
+ * taken over, never an error.
+ */
+
+/** Longest service name, in bytes. Names use letters, digits, '.', '_' and '-', and do not start with '.'. */
+#define PL_SERVICE_NAME_MAX 64u
+/** Longest namespace directory path, in bytes (a socket's path must fit in sockaddr_un). */
+#define PL_NAMESPACE_PATH_MAX 80u
+
+/** Who may connect to a service, checked against the peer's credentials when it connects (SO_PEERCRED). */
+typedef struct pl_policy {
+    int allow_same_user;      /**< the service's own effective uid */
+    int allow_root;           /**< uid 0 */
+    int allow_anyone;         /**< any uid (the namespace directory's mode still fences) */
+    uint32_t uids[16];        /**< further uids admitted */
+    uint32_t uid_count;
+    uint32_t gids[16];        /**< further groups admitted, by the peer's effective gid */
+    uint32_t gid_count;
+} pl_policy_t;
+
+/** The default policy: the same user and root. */
+pl_policy_t pl_policy_default(void);
+
+/** Whether a peer with these credentials is admitted. */
+int pl_policy_admits(const pl_policy_t *policy, uint32_t uid, uint32_t gid);
+
+/**
+ * The default namespace directory into `out` (capacity bytes): $PORTLOOP_NAMESPACE when set, else
+ * $XDG_RUNTIME_DIR/portloop when XDG_RUNTIME_DIR is set, else /tmp/portloop-<uid>. PL_ERR_INVALID_ARG when
+ * the path is empty, relative or longer than PL_NAMESPACE_PATH_MAX.
+ */
+pl_status_t pl_namespace_default(char *out, size_t capacity);
+
+/** Checks a service name: PL_ERR_INVALID_ARG (empty, too long, or a character outside the set), else PL_OK.
+ *  With an error, *reason (may be NULL) says which rule it breaks (static storage). */
+pl_status_t pl_service_name_check(const char *name, const char **reason);
+
+/**
+ * Checks in `name` for `port` (bootstrap_check_in): creates the namespace directory if needed (mode 0700;
+ * PL_ERR_REFUSED if it exists with another owner or wider permissions), takes the name's lock, and listens.
+ * Connections are admitted by `policy` (NULL: pl_policy_default()). When the process was started by systemd
+ * socket activation with a descriptor named `name` (LISTEN_PID, LISTEN_FDS, LISTEN_FDNAMES), that listening
+ * socket is adopted instead. The service lives as long as the port: destroying the receive right withdraws it.
+ * PL_ERR_NAME_IN_USE when a live process holds the name; PL_ERR_INVALID_ARG for a bad name or a port that is a
+ * proxy or destroyed; PL_ERR_SYSTEM when a system call failed (pl_last_system_call).
+ */
+pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port_t *port, const pl_policy_t *policy);
+
+/**
+ * Looks up `name` (bootstrap_look_up) and returns a send right to the service's port in *out_right, waiting up
+ * to timeout_ns for the connection's handshake. A process that looks up the same live service again shares its
+ * connection. PL_ERR_UNKNOWN_SERVICE when nobody has checked the name in (or its process is gone),
+ * PL_ERR_REFUSED when the service's policy does not admit this process, PL_ERR_NO_SPACE when the service has
+ * its most connections, PL_ERR_TIMED_OUT, PL_ERR_INVALID_ARG for a bad name, PL_ERR_SYSTEM.
+ */
+pl_status_t pl_service_look_up(const char *directory, const char *name, int64_t timeout_ns, pl_port_t **out_right);
+
+/** Whether the right is a proxy for a port of another process. */
+int pl_port_is_remote(const pl_port_t *port);
+
+/** Counts of the cross-process layer, for tests and leak checks: live connections, exports and imports (handles
+ *  given out and held) in this process. */
+void pl_remote_stats(uint32_t *out_connections, uint32_t *out_exports, uint32_t *out_imports);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* The main dispatch queue (libdispatch's hooks for CoreFoundation)                                   */

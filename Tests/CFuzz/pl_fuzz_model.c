@@ -349,7 +349,8 @@ static void op_requeue(input_t *in) {
     stash_entry_t e = stash[i];
     stash[i] = stash[--stash_count];
     model_port_t *m = &ports[e.port];
-    pl_status_t status = pl_port_requeue(m->port, e.id, e.payload, e.size, e.reply);
+    pl_received_t taken = { .kind = PL_RECEIVED_MESSAGE, .id = e.id, .size = e.size, .reply = e.reply, .fd = -1 };
+    pl_status_t status = pl_port_requeue(m->port, &taken, e.payload);
     if (!m->alive) {
         EXPECT(status, PL_ERR_INVALID_NAME);
         release_reply(e.reply, e.reply_index); /* still ours */

@@ -1055,7 +1055,7 @@ static void *rq_receiver(void *raw) {
             for (uint32_t i = 0; i < keep; i++) rq_keep(arg, &batch[i], payloads + batch[i].offset);
             for (uint32_t i = count; i > keep; i--) {
                 pl_received_t *h = &batch[i - 1];
-                pl_status_t back = pl_port_requeue(arg->port, h->id, payloads + h->offset, h->size, h->reply);
+                pl_status_t back = pl_port_requeue(arg->port, h, payloads + h->offset);
                 CHECK_OK(back);
                 if (back != PL_OK) release_reply(h);
             }
@@ -1065,7 +1065,7 @@ static void *rq_receiver(void *raw) {
         status = pl_port_set_receive(arg->set, &header, buffer, sizeof buffer, 2 * MS);
         if (status == PL_OK && header.kind == PL_RECEIVED_MESSAGE) {
             if (rnd(&arg->seed) % 4 == 0) {
-                CHECK_OK(pl_port_requeue(arg->port, header.id, buffer, header.size, header.reply));
+                CHECK_OK(pl_port_requeue(arg->port, &header, buffer));
             } else {
                 rq_keep(arg, &header, buffer);
             }

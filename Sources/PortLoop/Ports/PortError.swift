@@ -32,6 +32,18 @@ public enum PortError: Error, Hashable, Sendable {
     /// ``PortSendRight/request(id:bytes:timeout:maxReplySize:)`` made on the thread whose run loop serves the
     /// destination port. Nothing was sent. (The counterpart of ``RunLoopThreadError/calledOnLoopThread``.)
     case calledOnLoopThread
+    /// The replier released the reply right without answering, so no reply can come (MIG's `MIG_SERVER_DIED`,
+    /// told by a send-once notification): its handler returned no reply, or it dropped the message.
+    case noReply
+    /// A live process has checked in this service name (`BOOTSTRAP_SERVICE_ACTIVE`).
+    case serviceNameInUse(String)
+    /// No live process has checked in this service name (`BOOTSTRAP_UNKNOWN_SERVICE`).
+    case unknownService(String)
+    /// The service does not admit this process: its policy refused the caller's credentials, or the namespace
+    /// directory belongs to another user or is open to others (`BOOTSTRAP_NOT_PRIVILEGED`).
+    case refused(String)
+    /// A limit was reached (`KERN_NO_SPACE`): rights held on one connection, connections to one service.
+    case limitReached(String)
 
     /// The C layer's status code for this error (`pl_status_t`).
     public var code: Code {
@@ -47,6 +59,11 @@ public enum PortError: Error, Hashable, Sendable {
         case .outOfMemory: return .outOfMemory
         case .systemCallFailed: return .systemCallFailed
         case .calledOnLoopThread: return .wouldDeadlock
+        case .noReply: return .noSenders
+        case .serviceNameInUse: return .nameInUse
+        case .unknownService: return .unknownService
+        case .refused: return .refused
+        case .limitReached: return .noSpace
         }
     }
 
@@ -80,6 +97,16 @@ public enum PortError: Error, Hashable, Sendable {
         public static let systemCallFailed = Code(PL_ERR_SYSTEM)
         /// `PL_ERR_WOULD_DEADLOCK`
         public static let wouldDeadlock = Code(PL_ERR_WOULD_DEADLOCK)
+        /// `PL_ERR_NO_SENDERS`
+        public static let noSenders = Code(PL_ERR_NO_SENDERS)
+        /// `PL_ERR_NAME_IN_USE`
+        public static let nameInUse = Code(PL_ERR_NAME_IN_USE)
+        /// `PL_ERR_UNKNOWN_SERVICE`
+        public static let unknownService = Code(PL_ERR_UNKNOWN_SERVICE)
+        /// `PL_ERR_REFUSED`
+        public static let refused = Code(PL_ERR_REFUSED)
+        /// `PL_ERR_NO_SPACE`
+        public static let noSpace = Code(PL_ERR_NO_SPACE)
 
         /// The C layer's description (`pl_status_describe`).
         public var description: String { String(cString: pl_status_describe(pl_status_t(rawValue: rawValue))) }
@@ -95,6 +122,12 @@ extension PortError: CustomStringConvertible {
             return "\(code.description): \(argument): \(reason)"
         case let .systemCallFailed(call, errno):
             return "\(call) failed: \(errnoDescription(errno)) (errno \(errno))"
+        case let .serviceNameInUse(name):
+            return "service name in use: \(name) is checked in by a live process"
+        case let .unknownService(name):
+            return "unknown service: no live process has checked in \(name)"
+        case let .refused(why), let .limitReached(why):
+            return "\(code.description): \(why)"
         default:
             return code.description
         }
@@ -120,6 +153,11 @@ extension PortError {
             let call = pl_last_system_call().map { String(cString: $0) } ?? operation
             return .systemCallFailed(call: call, errno: errno)
         case PL_ERR_WOULD_DEADLOCK: return .calledOnLoopThread
+        case PL_ERR_NO_SENDERS: return .noReply
+        case PL_ERR_NAME_IN_USE: return .serviceNameInUse(operation)
+        case PL_ERR_UNKNOWN_SERVICE: return .unknownService(operation)
+        case PL_ERR_REFUSED: return .refused(operation)
+        case PL_ERR_NO_SPACE: return .limitReached(operation)
         default: return .invalidArgument(argument: operation, reason: "rejected by the port layer")
         }
     }

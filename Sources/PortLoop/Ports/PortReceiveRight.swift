@@ -98,8 +98,7 @@ public struct PortReceiveRight: ~Copyable, @unchecked Sendable {
         let (header, payload) = try receiveIntoArray(timeout: timeout, maxSize: maxSize) { out, buffer, capacity, ns in
             pl_port_receive(port, out, buffer, capacity, ns)
         }
-        return ReceivedMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(),
-                           arrivalPort: PortName(rawValue: header.arrival_name))
+        return ReceivedMessage(adopting: header, payload: payload)
     }
 
     /// Receives the next message into `buffer`, without allocating (`mach_msg` with `MACH_RCV_LARGE`).
@@ -109,7 +108,6 @@ public struct PortReceiveRight: ~Copyable, @unchecked Sendable {
         var header = pl_received_t()
         let status = pl_port_receive(port, &header, buffer.baseAddress, buffer.count, try timeout.nanoseconds())
         try PortError.check(status, operation: "receive", size: Int(header.size), limit: buffer.count)
-        return ReceivedMessageHeader(id: header.id, size: Int(header.size), replyPort: header.adoptReplyPort(),
-                                 arrivalPort: PortName(rawValue: header.arrival_name))
+        return ReceivedMessageHeader(adopting: header)
     }
 }

@@ -33,6 +33,10 @@ public struct PortSendRight: Hashable, Sendable, CustomStringConvertible {
     /// Whether the port's receive right was destroyed, so that sends will fail.
     public var isDeadName: Bool { pl_port_is_alive(port) == 0 }
 
+    /// Whether the port lives in another process: this right is a proxy that sends over a connection (see
+    /// ``PortNamespace``). Every call works the same on either kind of right.
+    public var isRemote: Bool { pl_port_is_remote(port) != 0 }
+
     /// Sends a message (`mach_msg` with `MACH_SEND_MSG`, and `MACH_SEND_TIMEOUT` unless `timeout` is
     /// `.forever`). The payload is copied.
     ///
@@ -41,25 +45,57 @@ public struct PortSendRight: Hashable, Sendable, CustomStringConvertible {
     ///   - payload: the bytes to send, at most the port's ``PortReceiveRight/maxMessageSize``.
     ///   - replyPort: a port the receiver may answer on (`msgh_local_port`); the message carries a new send
     ///     right to it.
+    ///   - attachments: rights and descriptors to carry (a complex message's descriptors), at most
+    ///     ``MessageAttachment/maxCount``; the message gets copies, the caller keeps its own.
     ///   - timeout: how long to wait for room when the queue is full; `.poll` fails at once.
     /// - Throws: ``PortError/timedOut`` (full), ``PortError/tooLarge(size:limit:)``,
-    ///   ``PortError/invalidDestination`` (destroyed port), ``PortError/invalidArgument(argument:reason:)``
-    ///   (bad timeout). Nothing is queued when it throws.
+    ///   ``PortError/invalidDestination`` (destroyed port, or its process gone),
+    ///   ``PortError/invalidArgument(argument:reason:)`` (bad timeout, too many attachments, a closed
+    ///   descriptor, or a right to a port of a third process sent to another process),
+    ///   ``PortError/limitReached(_:)`` (the connection holds as many rights as it may). Nothing is queued when
+    ///   it throws.
     public func send(id: Int32 = 0, payload: UnsafeRawBufferPointer, replyPort: PortSendRight? = nil,
-                     timeout: PortTimeout = .forever) throws(PortError) {
+                     attachments: [MessageAttachment] = [], timeout: PortTimeout = .forever) throws(PortError) {
         let nanoseconds = try timeout.nanoseconds()
-        let status = pl_port_send(port, id, payload.baseAddress, payload.count, replyPort?.port, nanoseconds)
+        let status: pl_status_t
+        if attachments.isEmpty {
+            status = pl_port_send(port, id, payload.baseAddress, payload.count, replyPort?.port, nanoseconds)
+        } else {
+            guard attachments.count <= MessageAttachment.maxCount else {
+                throw .invalidArgument(argument: "attachments",
+                                       reason: "\(attachments.count) is more than \(MessageAttachment.maxCount)")
+            }
+            let items = attachments.map { attachment -> pl_attachment_t in
+                switch attachment {
+                case let .sendRight(right): return pl_attachment_t(kind: PL_ATTACHMENT_SEND_RIGHT, port: right.port, fd: -1)
+                case let .fileDescriptor(descriptor):
+                    return pl_attachment_t(kind: PL_ATTACHMENT_FD, port: nil, fd: descriptor.rawValue)
+                }
+            }
+            status = withExtendedLifetime(attachments) {
+                pl_port_send_with(port, id, payload.baseAddress, payload.count, replyPort?.port, items,
+                                  UInt32(items.count), nanoseconds)
+            }
+        }
+        if status == PL_ERR_INVALID_ARG {
+            throw attachments.isEmpty
+                ? .invalidArgument(argument: "replyPort", reason: "a right to a port of a third process")
+                : .invalidArgument(argument: "attachments",
+                                   reason: "a closed descriptor, or a right to a port of a third process")
+        }
         try PortError.check(status, operation: "send", size: payload.count,
                             limit: Int(pl_port_get_max_msg_size(port)))
     }
 
     /// Sends a message whose payload is `bytes` (`mach_msg` with `MACH_SEND_MSG`); see
-    /// ``send(id:payload:replyPort:timeout:)-(_,UnsafeRawBufferPointer,_,_)``.
+    /// ``send(id:payload:replyPort:attachments:timeout:)-(_,UnsafeRawBufferPointer,_,_,_)``.
     public func send(id: Int32 = 0, bytes: [UInt8] = [], replyPort: PortSendRight? = nil,
-                     timeout: PortTimeout = .forever) throws(PortError) {
+                     attachments: [MessageAttachment] = [], timeout: PortTimeout = .forever) throws(PortError) {
         // withUnsafeBytes cannot rethrow a typed error, so the result travels out as a value.
         let result: Result<Void, PortError> = bytes.withUnsafeBytes { raw in
-            Result { () throws(PortError) in try send(id: id, payload: raw, replyPort: replyPort, timeout: timeout) }
+            Result { () throws(PortError) in
+                try send(id: id, payload: raw, replyPort: replyPort, attachments: attachments, timeout: timeout)
+            }
         }
         try result.get()
     }

@@ -94,8 +94,7 @@ public final class PortSet: @unchecked Sendable {
             pl_port_set_receive(set, out, buffer, capacity, ns)
         }
         if header.kind == PL_RECEIVED_FD { return .readable(fileDescriptor: header.fd) }
-        return .message(ReceivedMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(),
-                                    arrivalPort: PortName(rawValue: header.arrival_name)))
+        return .message(ReceivedMessage(adopting: header, payload: payload))
     }
 
     /// Receives into `buffer` without allocating (`mach_msg` with `MACH_RCV_LARGE` on a port-set name).
@@ -106,8 +105,7 @@ public final class PortSet: @unchecked Sendable {
         let status = pl_port_set_receive(set, &header, buffer.baseAddress, buffer.count, try timeout.nanoseconds())
         try PortError.check(status, operation: "receive", size: Int(header.size), limit: buffer.count)
         if header.kind == PL_RECEIVED_FD { return .readable(fileDescriptor: header.fd) }
-        return .message(ReceivedMessageHeader(id: header.id, size: Int(header.size), replyPort: header.adoptReplyPort(),
-                                          arrivalPort: PortName(rawValue: header.arrival_name)))
+        return .message(ReceivedMessageHeader(adopting: header))
     }
 
     /// How often receivers went to sleep on this set, and how many wake-ups senders had to write, since it

@@ -10,13 +10,30 @@ public struct ReceivedMessage: Sendable {
     public var replyPort: PortSendRight?
     /// The port the message arrived on; useful when receiving on a ``PortSet``.
     public var arrivalPort: PortName
+    /// Who sent it (Mach's audit trailer): this process, or the process at the other end of the connection it
+    /// came over.
+    public var sender: SenderIdentity
+    /// The rights and descriptors it carried (a complex Mach message's port and out-of-line descriptors), in
+    /// the order the sender gave them. They belong to the receiver: a descriptor left in a dropped message is
+    /// closed, a right released.
+    public var attachments: [MessageAttachment]
 
     /// Creates a message value, as a test or a custom sink might; receives make these.
-    public init(id: Int32, payload: [UInt8], replyPort: PortSendRight?, arrivalPort: PortName) {
+    public init(id: Int32, payload: [UInt8], replyPort: PortSendRight?, arrivalPort: PortName,
+                sender: SenderIdentity = .currentProcess, attachments: [MessageAttachment] = []) {
         self.id = id
         self.payload = payload
         self.replyPort = replyPort
         self.arrivalPort = arrivalPort
+        self.sender = sender
+        self.attachments = attachments
+    }
+
+    /// Takes over what a received C header owns (its reply right and attachments).
+    init(adopting header: pl_received_t, payload: [UInt8]) {
+        self.init(id: header.id, payload: payload, replyPort: header.adoptReplyPort(),
+                  arrivalPort: PortName(rawValue: header.arrival_name), sender: SenderIdentity(header.sender),
+                  attachments: header.adoptAttachments())
     }
 }
 
@@ -30,12 +47,50 @@ public struct ReceivedMessageHeader: Sendable {
     public var replyPort: PortSendRight?
     /// The port the message arrived on.
     public var arrivalPort: PortName
+    /// Who sent it.
+    public var sender: SenderIdentity
+    /// The rights and descriptors it carried.
+    public var attachments: [MessageAttachment]
+
+    init(id: Int32, size: Int, replyPort: PortSendRight?, arrivalPort: PortName, sender: SenderIdentity,
+         attachments: [MessageAttachment]) {
+        self.id = id
+        self.size = size
+        self.replyPort = replyPort
+        self.arrivalPort = arrivalPort
+        self.sender = sender
+        self.attachments = attachments
+    }
+
+    /// Takes over what a received C header owns (its reply right and attachments).
+    init(adopting header: pl_received_t) {
+        self.init(id: header.id, size: Int(header.size), replyPort: header.adoptReplyPort(),
+                  arrivalPort: PortName(rawValue: header.arrival_name), sender: SenderIdentity(header.sender),
+                  attachments: header.adoptAttachments())
+    }
 }
 
 extension pl_received_t {
     /// Takes ownership of the reply right carried by a received message.
     func adoptReplyPort() -> PortSendRight? {
         reply.map { PortSendRight(adopting: $0) }
+    }
+
+    /// Takes ownership of the rights and descriptors carried by a received message; frees the C list.
+    func adoptAttachments() -> [MessageAttachment] {
+        guard let list = attachments else { return [] }
+        defer { pl_attachments_free(list) } // everything was taken: frees the list only
+        return (0..<list.pointee.count).map { index in
+            let item = pl_attachments_item(list, index)!
+            if item.pointee.kind == PL_ATTACHMENT_FD {
+                let descriptor = MessageDescriptor(adopting: item.pointee.fd)
+                item.pointee.fd = -1
+                return .fileDescriptor(descriptor)
+            }
+            let right = PortSendRight(adopting: item.pointee.port)
+            item.pointee.port = nil
+            return .sendRight(right)
+        }
     }
 }
 

@@ -107,16 +107,15 @@ extension PortRunLoop {
             return .done(false) // `doBlocks` clears `wakeUpQueued`
         case .unknown:
             if let reply = header.reply { pl_port_release_send(reply) }
+            pl_attachments_free(header.attachments)
             return .done(false)
         case let .putBack(departed):
             return .putBack(departed)
         case let .perform(found):
             source = found
         }
-        let arrival = PortName(rawValue: header.arrival_name)
         let payload = header.size == 0 ? [] : Array(UnsafeRawBufferPointer(start: payload, count: Int(header.size)))
-        let message = ReceivedMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(),
-                                      arrivalPort: arrival)
+        let message = ReceivedMessage(adopting: header, payload: payload)
         if let reply = __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(source, message),
            let replyPort = message.replyPort {
             // Never block the loop on a requester that does not read its replies.
@@ -151,9 +150,11 @@ extension PortRunLoop {
     /// Puts a taken message back at the head of its source's port. If the port was destroyed meanwhile, the
     /// message goes the way of the port's other queued messages: its reply right is released.
     private func putBack(_ header: pl_received_t, payload: UnsafeRawPointer?, to source: RunLoopPortSource) {
-        let status = pl_port_requeue(source.port.port, header.id, payload, Int(header.size), header.reply)
-        if status != PL_OK, let reply = header.reply {
-            pl_port_release_send(reply)
+        var header = header
+        let status = pl_port_requeue(source.port.port, &header, payload)
+        if status != PL_OK {
+            if let reply = header.reply { pl_port_release_send(reply) }
+            pl_attachments_free(header.attachments)
         }
     }
 

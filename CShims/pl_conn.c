@@ -1,0 +1,251 @@
+/*
+ * pl_conn.c — a connection to another process: its life, writing frames, and its end.
+ *
+ * Writing never blocks. A frame goes straight to the socket (sendmsg with MSG_DONTWAIT) when nothing waits
+ * before it; otherwise, or when the socket is full, it joins the outgoing queue, which the transport thread
+ * drains when the socket becomes writable. Senders of messages wait for the queue to have room (their timeout
+ * applies), so a peer that stops reading cannot grow this process's memory; control frames always go in, and a
+ * peer that lets them pile up past PL_CONN_CONTROL_LIMIT is disconnected.
+ */
+#include "pl_remote.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+pl_conn_t *pl_conn_new(int fd, bool accepted) {
+    pl_conn_t *conn = calloc(1, sizeof *conn);
+    if (conn == NULL) return NULL;
+    atomic_init(&conn->refs, 1);
+    conn->fd = fd;
+    conn->accepted = accepted;
+    conn->next_handle = 1;
+    pl_mutex_init_adaptive(&conn->write_lock);
+    pl_cond_init_monotonic(&conn->writable);
+    pl_mutex_init_adaptive(&conn->lock);
+    pl_cond_init_monotonic(&conn->changed);
+    pthread_mutex_init(&conn->owed_lock, NULL);
+    return conn;
+}
+
+void pl_conn_retain(pl_conn_t *conn) { atomic_fetch_add_explicit(&conn->refs, 1, memory_order_relaxed); }
+
+void pl_conn_release(pl_conn_t *conn) {
+    if (atomic_fetch_sub_explicit(&conn->refs, 1, memory_order_acq_rel) != 1) return;
+    /* Teardown emptied the tables, the queues and closed the socket; what is left is memory. */
+    pl_handle_map_free(&conn->exports);
+    pl_handle_map_free(&conn->imports);
+    free(conn->lookup_key);
+    pthread_mutex_destroy(&conn->owed_lock);
+    pthread_cond_destroy(&conn->changed);
+    pthread_mutex_destroy(&conn->lock);
+    pthread_cond_destroy(&conn->writable);
+    pthread_mutex_destroy(&conn->write_lock);
+    free(conn);
+}
+
+/* ---- writing ---------------------------------------------------------------------------------------- */
+
+/* One sendmsg of a whole frame, descriptors beside it. 1: sent; 0: the socket is full; -1: the connection is
+ * broken (errno set). */
+static int pl_conn_sendmsg(int fd, const uint8_t *bytes, size_t length, const int *fds, uint32_t fd_count) {
+    struct iovec iov = { .iov_base = (void *)bytes, .iov_len = length };
+    union {
+        char buffer[CMSG_SPACE(sizeof(int) * PL_WIRE_MAX_ATTACHMENTS)];
+        struct cmsghdr align;
+    } control;
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+    if (fd_count > 0) {
+        memset(control.buffer, 0, sizeof control.buffer);
+        msg.msg_control = control.buffer;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * fd_count);
+        struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+        cmsg->cmsg_level = SOL_SOCKET;
+        cmsg->cmsg_type = SCM_RIGHTS;
+        cmsg->cmsg_len = CMSG_LEN(sizeof(int) * fd_count);
+        memcpy(CMSG_DATA(cmsg), fds, sizeof(int) * fd_count);
+    }
+    for (;;) {
+        ssize_t n = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n >= 0) return 1; /* a SOCK_SEQPACKET packet goes whole or not at all */
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) return 0;
+        return -1;
+    }
+}
+
+/* Appends a copy of a frame to the outgoing queue (write_lock held); the descriptors are duplicated, since the
+ * caller's go back to it. false: out of memory or descriptors. */
+static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size_t length, const int *fds,
+                                       uint32_t fd_count) {
+    pl_out_frame_t *frame = malloc(sizeof *frame + length);
+    if (frame == NULL) return false;
+    frame->next = NULL;
+    frame->length = length;
+    frame->sent = 0;
+    frame->fd_count = 0;
+    for (uint32_t i = 0; i < fd_count; i++) {
+        int copy = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+        if (copy < 0) {
+            for (uint32_t j = 0; j < frame->fd_count; j++) close(frame->fds[j]);
+            free(frame);
+            return false;
+        }
+        frame->fds[frame->fd_count++] = copy;
+    }
+    memcpy(frame->bytes, bytes, length);
+    if (conn->out_tail != NULL) conn->out_tail->next = frame; else conn->out_head = frame;
+    conn->out_tail = frame;
+    conn->out_bytes += length;
+    return true;
+}
+
+pl_status_t pl_conn_put_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size_t length, const int *fds,
+                                     uint32_t fd_count) {
+    if (conn->fd < 0) return PL_ERR_INVALID_DEST;
+    if (conn->out_head == NULL) {
+        int sent = pl_conn_sendmsg(conn->fd, bytes, length, fds, fd_count);
+        if (sent > 0) return PL_OK;
+        if (sent < 0) {
+            pl_transport_kill(conn, "the socket refused a write");
+            return PL_ERR_INVALID_DEST;
+        }
+    }
+    if (!pl_conn_queue_frame_locked(conn, bytes, length, fds, fd_count)) {
+        pl_transport_kill(conn, "no memory or descriptors for the outgoing queue");
+        return PL_ERR_INVALID_DEST;
+    }
+    if (!conn->want_writable) {
+        conn->want_writable = true;
+        pl_transport_want_writable(conn);
+    }
+    return PL_OK;
+}
+
+void pl_conn_flush_outgoing(pl_conn_t *conn) {
+    pthread_mutex_lock(&conn->write_lock);
+    while (conn->out_head != NULL && conn->fd >= 0) {
+        pl_out_frame_t *frame = conn->out_head;
+        int sent = pl_conn_sendmsg(conn->fd, frame->bytes, frame->length, frame->fds, frame->fd_count);
+        if (sent == 0) break;
+        if (sent < 0) {
+            pthread_mutex_unlock(&conn->write_lock);
+            pl_transport_kill(conn, "the socket refused a write");
+            return;
+        }
+        conn->out_head = frame->next;
+        if (conn->out_head == NULL) conn->out_tail = NULL;
+        conn->out_bytes -= frame->length;
+        for (uint32_t i = 0; i < frame->fd_count; i++) close(frame->fds[i]);
+        free(frame);
+    }
+    bool drained = conn->out_head == NULL;
+    if (drained) conn->want_writable = false;
+    pthread_mutex_unlock(&conn->write_lock);
+    if (drained) pthread_cond_broadcast(&conn->writable);
+}
+
+/* A frame the transport or any thread sends to keep the two sides in step. A peer that does not read while
+ * making us answer it is cut off before its answers grow without bound. */
+void pl_conn_write_control(pl_conn_t *conn, pl_frame_type_t type, uint32_t handle, uint32_t count_or_flags,
+                           uint32_t transfers) {
+    uint8_t frame[PL_WIRE_HEADER_SIZE + 12];
+    size_t length = pl_wire_encode_control(frame, type, handle, count_or_flags, transfers);
+    pthread_mutex_lock(&conn->write_lock);
+    bool flooded = conn->out_bytes > PL_CONN_CONTROL_LIMIT;
+    if (!flooded) pl_conn_put_frame_locked(conn, frame, length, NULL, 0);
+    pthread_mutex_unlock(&conn->write_lock);
+    if (flooded) pl_transport_kill(conn, "the peer does not read its control frames");
+}
+
+void pl_conn_write_hello(pl_conn_t *conn, uint32_t status, pl_wire_right_t bootstrap) {
+    uint8_t frame[PL_WIRE_HELLO_SIZE];
+    size_t length = pl_wire_encode_hello(frame, status, bootstrap);
+    pthread_mutex_lock(&conn->write_lock);
+    pl_conn_put_frame_locked(conn, frame, length, NULL, 0);
+    pthread_mutex_unlock(&conn->write_lock);
+}
+
+/* ---- the end ---------------------------------------------------------------------------------------- */
+
+static void pl_conn_drop_import(uint32_t handle, void *value, void *context) {
+    (void)handle;
+    pl_port_t *proxy = value;
+    pl_port_t ***list = context;
+    **list = proxy;
+    (*list)++;
+}
+
+static void pl_conn_drop_export(uint32_t handle, void *value, void *context) {
+    (void)handle;
+    pl_export_t ***list = context;
+    **list = value;
+    (*list)++;
+}
+
+void pl_conn_teardown(pl_conn_t *conn, const char *why) {
+    /* Stop writers first: nothing more goes out, queued frames are dropped. */
+    pthread_mutex_lock(&conn->write_lock);
+    pl_out_frame_t *frames = conn->out_head;
+    conn->out_head = conn->out_tail = NULL;
+    conn->out_bytes = 0;
+    int fd = conn->fd;
+    conn->fd = -1;
+    pthread_mutex_unlock(&conn->write_lock);
+    pthread_cond_broadcast(&conn->writable);
+    while (frames != NULL) {
+        pl_out_frame_t *next = frames->next;
+        for (uint32_t i = 0; i < frames->fd_count; i++) close(frames->fds[i]);
+        free(frames);
+        frames = next;
+    }
+    if (fd >= 0) close(fd);
+
+    /* Take the tables out under the lock; deal with their entries after it. */
+    pthread_mutex_lock(&conn->lock);
+    conn->dead = true;
+    conn->death = why;
+    uint32_t import_count = conn->imports.count, export_count = conn->exports.count;
+    pl_port_t **proxies = calloc(import_count + 1, sizeof *proxies);
+    pl_export_t **exports = calloc(export_count + 1, sizeof *exports);
+    if (proxies != NULL && exports != NULL) {
+        pl_port_t **p = proxies;
+        pl_export_t **e = exports;
+        pl_handle_map_each(&conn->imports, pl_conn_drop_import, &p);
+        pl_handle_map_each(&conn->exports, pl_conn_drop_export, &e);
+    } else {
+        import_count = export_count = 0; /* leaked rather than crashed: no memory left to walk the tables */
+    }
+    pl_handle_map_free(&conn->imports);
+    pl_handle_map_free(&conn->exports);
+    for (uint32_t i = 0; i < import_count; i++) proxies[i]->proxy->in_table = false;
+    pthread_mutex_unlock(&conn->lock);
+    pthread_cond_broadcast(&conn->changed);
+
+    /* Proxies become dead names; the table's reference to each goes. */
+    for (uint32_t i = 0; i < import_count; i++) {
+        pl_port_t *proxy = proxies[i];
+        pthread_mutex_lock(&proxy->lock);
+        proxy->dead = true;
+        pthread_mutex_unlock(&proxy->lock);
+        pl_port_release_internal(proxy);
+    }
+    /* The peer's rights to our ports go with it; credit lent to it comes back as room. */
+    for (uint32_t i = 0; i < export_count; i++) pl_export_drop(exports[i]);
+    free(proxies);
+    free(exports);
+
+    /* A message in reassembly is discarded with what it carried. */
+    if (conn->rx.active) {
+        free(conn->rx.bytes);
+        if (conn->rx.reply != NULL) pl_port_release_send(conn->rx.reply);
+        pl_attachments_free(conn->rx.attachments);
+        conn->rx.active = false;
+        conn->rx.bytes = NULL;
+        conn->rx.reply = NULL;
+        conn->rx.attachments = NULL;
+    }
+}

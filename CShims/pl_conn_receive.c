@@ -1,0 +1,216 @@
+/*
+ * pl_conn_receive.c — what a connection does with each frame that arrives (on the transport thread).
+ *
+ * Every frame has been through pl_wire_decode, so its lengths and counts are sound; here each is checked
+ * against the connection's state: a handle must be one this side gave out (or, for a proxy's frames, one the
+ * peer gave), a message must have had credit, fragments must continue the message in progress, a message may
+ * not exceed its port's size. A frame that fails a check ends the connection (the caller tears it down): the
+ * peer broke the protocol, and this process goes on serving everyone else.
+ */
+#include "pl_remote.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A right named in a message, as a send right the message will own (the connection's lock held). */
+static pl_port_t *pl_right_received_locked(pl_conn_t *conn, pl_wire_right_t right, const char **reason) {
+    if (right.kind == PL_RIGHT_SENDERS) return pl_proxy_import_locked(conn, right, true, reason);
+    /* PL_RIGHT_YOURS: one of our ports, given back. */
+    pl_export_t *e = pl_handle_map_get(&conn->exports, right.handle);
+    if (e == NULL) {
+        *reason = "message: names a right this side never gave out";
+        return NULL;
+    }
+    pl_port_make_send(e->port);
+    return e->port;
+}
+
+/* Drops what a message under construction owns (no lock held). */
+static void pl_rx_discard(pl_conn_t *conn) {
+    free(conn->rx.bytes);
+    if (conn->rx.reply != NULL) pl_port_release_send(conn->rx.reply);
+    pl_attachments_free(conn->rx.attachments);
+    memset(&conn->rx, 0, sizeof conn->rx);
+}
+
+/* Queues the completed message on its port. false: the peer sent it without credit. */
+static bool pl_rx_deliver(pl_conn_t *conn, const char **reason) {
+    pthread_mutex_lock(&conn->lock);
+    pl_export_t *e = pl_handle_map_get(&conn->exports, conn->rx.dest);
+    pthread_mutex_unlock(&conn->lock);
+    if (e == NULL) {
+        *reason = "message: its port's handle was released while it arrived";
+        pl_rx_discard(conn);
+        return false;
+    }
+    pl_slot_t slot = { .id = conn->rx.id, .size = conn->rx.total, .reply = conn->rx.reply };
+    if (conn->rx.total > PL_INLINE_PAYLOAD) {
+        slot.payload.heap = conn->rx.bytes; /* the reassembly buffer becomes the message's */
+        conn->rx.bytes = NULL;
+    } else if (conn->rx.total > 0) {
+        memcpy(slot.payload.bytes, conn->rx.bytes, conn->rx.total);
+    }
+    slot.extra = calloc(1, sizeof *slot.extra);
+    if (slot.extra == NULL) {
+        if (conn->rx.total > PL_INLINE_PAYLOAD) conn->rx.bytes = slot.payload.heap;
+        pl_rx_discard(conn);
+        *reason = "out of memory for a message";
+        return false;
+    }
+    slot.extra->origin = conn;
+    pl_conn_retain(conn);
+    slot.extra->sender = conn->peer;
+    slot.extra->attachments = conn->rx.attachments;
+    conn->rx.reply = NULL;
+    conn->rx.attachments = NULL;
+    free(conn->rx.bytes);
+    memset(&conn->rx, 0, sizeof conn->rx);
+
+    pl_status_t status = pl_port_enqueue_remote(e->port, &slot, e);
+    if (status == PL_OK) return true;
+    pl_slot_dispose(&slot); /* a destroyed port's messages are destroyed */
+    if (status == PL_ERR_INVALID_ARG) {
+        *reason = "message: sent without credit";
+        return false;
+    }
+    return true;
+}
+
+/* The first fragment: its rights and descriptors become the message's. */
+static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, int *fds, const char **reason) {
+    if (conn->rx.active) {
+        *reason = "message: a new message inside another";
+        return false;
+    }
+    pthread_mutex_lock(&conn->lock);
+    pl_export_t *e = pl_handle_map_get(&conn->exports, m->dest);
+    uint32_t max_size = e != NULL ? e->port->max_msg_size : 0;
+    bool ok = e != NULL && m->total_size <= max_size;
+    if (e == NULL) *reason = "message: to a handle this side never gave out";
+    else if (!ok) *reason = "message: larger than its port takes";
+    conn->rx.active = ok;
+    if (ok && m->reply.kind != PL_RIGHT_NONE) {
+        conn->rx.reply = pl_right_received_locked(conn, m->reply, reason);
+        ok = conn->rx.reply != NULL;
+    }
+    if (ok && m->attachment_count > 0) {
+        conn->rx.attachments = pl_attachments_new(m->attachment_count);
+        if (conn->rx.attachments == NULL) *reason = "out of memory for attachments";
+        ok = conn->rx.attachments != NULL;
+    }
+    for (uint32_t i = 0; ok && i < m->attachment_count; i++) {
+        pl_wire_right_t right = pl_wire_right_at(m, i);
+        pl_attachment_t *item = &conn->rx.attachments->items[i];
+        if (right.kind == PL_RIGHT_FD) {
+            item->kind = PL_ATTACHMENT_FD;
+            item->fd = fds[right.handle];
+            fds[right.handle] = -1; /* the message owns it now */
+        } else {
+            item->kind = PL_ATTACHMENT_SEND_RIGHT;
+            item->port = pl_right_received_locked(conn, right, reason);
+            ok = item->port != NULL;
+        }
+    }
+    pthread_mutex_unlock(&conn->lock);
+    if (!ok) {
+        pl_rx_discard(conn);
+        return false;
+    }
+    conn->rx.dest = m->dest;
+    conn->rx.id = m->id;
+    conn->rx.total = m->total_size;
+    conn->rx.received = 0;
+    if (m->total_size > 0) {
+        conn->rx.bytes = malloc(m->total_size);
+        if (conn->rx.bytes == NULL) {
+            *reason = "out of memory for a message";
+            pl_rx_discard(conn);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool pl_receive_message(pl_conn_t *conn, const pl_wire_frame_t *frame, int *fds, const char **reason) {
+    const pl_wire_message_t *m = &frame->u.message;
+    if (m->offset == 0) {
+        if (!pl_rx_begin(conn, m, fds, reason)) return false;
+    } else if (!conn->rx.active || m->dest != conn->rx.dest || m->id != conn->rx.id ||
+               m->total_size != conn->rx.total || m->offset != conn->rx.received) {
+        *reason = "message: a fragment that does not continue the message in progress";
+        return false;
+    }
+    if (m->byte_count > 0) memcpy(conn->rx.bytes + m->offset, m->bytes, m->byte_count);
+    conn->rx.received = m->offset + m->byte_count;
+    if (m->credit_count > 0) pl_proxy_credit(conn, m->credit_handle, m->credit_count);
+    if (frame->flags & PL_FRAME_MORE) return true;
+    return pl_rx_deliver(conn, reason);
+}
+
+static bool pl_receive_hello(pl_conn_t *conn, const pl_wire_hello_t *hello, const char **reason) {
+    bool ok = true;
+    pthread_mutex_lock(&conn->lock);
+    if (conn->hello_received) {
+        *reason = "hello: a second one";
+        ok = false;
+    } else if (conn->accepted) {
+        /* A client says hello with nothing in it. */
+        if (hello->status != PL_HELLO_WELCOME || hello->bootstrap.kind != PL_RIGHT_NONE) {
+            *reason = "hello: a client's carries a status or a right";
+            ok = false;
+        }
+    } else if (hello->status == PL_HELLO_WELCOME) {
+        if (hello->bootstrap.kind != PL_RIGHT_SENDERS) {
+            *reason = "hello: a service's welcome without its port";
+            ok = false;
+        } else if (pl_proxy_import_locked(conn, hello->bootstrap, false, reason) == NULL) {
+            ok = false;
+        } else {
+            conn->bootstrap_handle = hello->bootstrap.handle;
+        }
+    } else if (hello->bootstrap.kind != PL_RIGHT_NONE) {
+        *reason = "hello: a refusal with a right";
+        ok = false;
+    }
+    if (ok) {
+        conn->hello_received = true;
+        conn->hello_status = hello->status;
+    }
+    pthread_mutex_unlock(&conn->lock);
+    pthread_cond_broadcast(&conn->changed);
+    return ok;
+}
+
+bool pl_conn_receive_frame(pl_conn_t *conn, const uint8_t *packet, size_t length, int *fds, uint32_t fd_count,
+                           const char **reason) {
+    pl_wire_frame_t frame;
+    bool ok = pl_wire_decode(packet, length, fd_count, &frame, reason);
+    if (ok && !conn->hello_received && frame.type != PL_FRAME_HELLO) {
+        *reason = "frame: before the hello";
+        ok = false;
+    }
+    if (ok) {
+        switch (frame.type) {
+        case PL_FRAME_HELLO: ok = pl_receive_hello(conn, &frame.u.hello, reason); break;
+        case PL_FRAME_MESSAGE: ok = pl_receive_message(conn, &frame, fds, reason); break;
+        case PL_FRAME_CREDIT: pl_proxy_credit(conn, frame.u.control.handle, frame.u.control.count); break;
+        case PL_FRAME_WANT: ok = pl_credit_want(conn, frame.u.control.handle, frame.u.control.flags, reason); break;
+        case PL_FRAME_RECLAIM: pl_proxy_reclaim(conn, frame.u.control.handle); break;
+        case PL_FRAME_RETURN:
+            ok = pl_credit_returned(conn, frame.u.control.handle, frame.u.control.count, reason);
+            break;
+        case PL_FRAME_RELEASE:
+            ok = pl_credit_released(conn, frame.u.control.handle, frame.u.control.transfers, frame.u.control.count,
+                                    reason);
+            break;
+        case PL_FRAME_DEAD: pl_proxy_dead(conn, frame.u.control.handle); break;
+        default: break;
+        }
+    }
+    /* Descriptors no message took are closed: a frame never leaves one behind. */
+    for (uint32_t i = 0; i < fd_count; i++) {
+        if (fds[i] >= 0) close(fds[i]);
+    }
+    return ok;
+}

@@ -1,0 +1,357 @@
+/*
+ * pl_credit.c — the owner's side of a port used by other processes: exports, and queue room lent as credit.
+ *
+ * Invariant, per port: count + reserved <= qlimit for everything a sender may still add, where reserved is the
+ * sum of `lent` over the port's exports: credit a peer holds, credit on its way to it (in a frame or still owed),
+ * and messages on their way from it. A local send waits while count + reserved reaches the limit, so the queue
+ * limit holds for local and remote senders together, as one Mach port's does.
+ *
+ * How much is lent: at most a window of half the queue limit (at least 1) per peer, and never more than the
+ * room there is. Room freed by receiving a message that came from a peer goes back to that peer, unless a local
+ * sender or another peer is waiting for room: then it goes to them. All of this runs under the port's lock; the
+ * frames that tell peers are written after it.
+ */
+#include "pl_remote.h"
+
+#include <stdlib.h>
+
+static atomic_uint pl_export_count;
+
+uint32_t pl_export_total(void) { return atomic_load_explicit(&pl_export_count, memory_order_relaxed); }
+
+static inline uint32_t pl_window(const pl_port_t *port) { return port->qlimit / 2 > 0 ? port->qlimit / 2 : 1; }
+
+static inline uint32_t pl_free_room_locked(const pl_port_t *port) {
+    uint32_t used = port->count + port->reserved;
+    return port->dead || used >= port->qlimit ? 0 : port->qlimit - used;
+}
+
+static pl_export_t *pl_find_export_locked(pl_port_t *port, pl_conn_t *conn) {
+    for (pl_export_t *e = port->exports; e != NULL; e = e->next_of_port) {
+        if (e->conn == conn) return e;
+    }
+    return NULL;
+}
+
+/* Adds credit the peer has not been told of; the next frame to it, or the transport when it waits, tells it. */
+static void pl_export_owe(pl_export_t *e, uint32_t count) {
+    if (atomic_fetch_add_explicit(&e->owed, count, memory_order_acq_rel) != 0) return;
+    pl_conn_t *conn = e->conn;
+    pthread_mutex_lock(&conn->owed_lock);
+    if (!e->in_owed_list) {
+        e->in_owed_list = true;
+        e->next_owed = conn->owed_head;
+        conn->owed_head = e;
+    }
+    pthread_mutex_unlock(&conn->owed_lock);
+}
+
+/* Gives free room to peers waiting for credit, first come first served (port lock held). */
+static void pl_give_room_to_waiters_locked(pl_port_t *port) {
+    for (pl_export_t *e = port->exports; e != NULL && port->want_waiters > 0; e = e->next_of_port) {
+        if (!e->waiting) continue;
+        uint32_t room = pl_free_room_locked(port);
+        if (room == 0) return;
+        uint32_t grant = room < pl_window(port) ? room : pl_window(port);
+        e->waiting = false;
+        port->want_waiters--;
+        e->lent += grant;
+        port->reserved += grant;
+        pl_export_owe(e, grant);
+        pl_transport_flush_owed(e->conn);
+    }
+}
+
+/* ---- exporting -------------------------------------------------------------------------------------- */
+
+pl_status_t pl_conn_export_locked(pl_conn_t *conn, pl_port_t *port, pl_wire_right_t *out_right, bool *out_dead) {
+    pthread_mutex_lock(&port->lock);
+    pl_export_t *e = pl_find_export_locked(port, conn);
+    if (e == NULL) {
+        if (conn->exports.count >= PL_CONN_MAX_RIGHTS || conn->next_handle == UINT32_MAX - 1) {
+            pthread_mutex_unlock(&port->lock);
+            return PL_ERR_NO_SPACE;
+        }
+        e = calloc(1, sizeof *e);
+        if (e == NULL || !pl_handle_map_put(&conn->exports, conn->next_handle, e)) {
+            pthread_mutex_unlock(&port->lock);
+            free(e);
+            return PL_ERR_NO_MEMORY;
+        }
+        e->handle = conn->next_handle++;
+        e->port = port;
+        pl_port_retain_internal(port);
+        e->conn = conn;
+        pl_conn_retain(conn);
+        atomic_init(&e->owed, 0);
+        e->next_of_port = port->exports;
+        port->exports = e;
+        atomic_fetch_add_explicit(&pl_export_count, 1, memory_order_relaxed);
+    }
+    e->transfers++;
+    /* Credit goes with the right: what is owed already, and a window's worth if the peer holds none. */
+    uint32_t grant = atomic_exchange_explicit(&e->owed, 0, memory_order_acq_rel);
+    if (e->lent == grant) {
+        uint32_t room = pl_free_room_locked(port);
+        uint32_t more = room < pl_window(port) ? room : pl_window(port);
+        e->lent += more;
+        port->reserved += more;
+        grant += more;
+    }
+    *out_right = (pl_wire_right_t){ .kind = PL_RIGHT_SENDERS, .handle = e->handle, .credits = grant,
+                                    .max_size = port->max_msg_size };
+    *out_dead = port->dead;
+    pthread_mutex_unlock(&port->lock);
+    return PL_OK;
+}
+
+void pl_export_drop(pl_export_t *e) {
+    pl_port_t *port = e->port;
+    pl_conn_t *conn = e->conn;
+    pthread_mutex_lock(&port->lock);
+    for (pl_export_t **link = &port->exports; *link != NULL; link = &(*link)->next_of_port) {
+        if (*link == e) {
+            *link = e->next_of_port;
+            break;
+        }
+    }
+    port->reserved -= e->lent;
+    e->lent = 0;
+    if (e->waiting) port->want_waiters--;
+    pl_give_room_to_waiters_locked(port);
+    bool wake = port->waiting_senders > 0;
+    pthread_mutex_unlock(&port->lock);
+    if (wake) pthread_cond_broadcast(&port->senders);
+
+    pthread_mutex_lock(&conn->owed_lock);
+    if (e->in_owed_list) {
+        for (pl_export_t **link = &conn->owed_head; *link != NULL; link = &(*link)->next_owed) {
+            if (*link == e) {
+                *link = e->next_owed;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&conn->owed_lock);
+    pl_port_release_internal(port);
+    pl_conn_release(conn);
+    free(e);
+    atomic_fetch_sub_explicit(&pl_export_count, 1, memory_order_relaxed);
+}
+
+bool pl_conn_take_owed(pl_conn_t *conn, uint32_t *handle, uint32_t *count) {
+    pthread_mutex_lock(&conn->owed_lock);
+    while (conn->owed_head != NULL) {
+        pl_export_t *e = conn->owed_head;
+        conn->owed_head = e->next_owed;
+        e->in_owed_list = false;
+        uint32_t owed = atomic_exchange_explicit(&e->owed, 0, memory_order_acq_rel);
+        if (owed > 0) {
+            *handle = e->handle;
+            *count = owed;
+            pthread_mutex_unlock(&conn->owed_lock);
+            return true;
+        }
+    }
+    pthread_mutex_unlock(&conn->owed_lock);
+    return false;
+}
+
+void pl_conn_flush_owed(pl_conn_t *conn) {
+    uint32_t handle, count;
+    while (pl_conn_take_owed(conn, &handle, &count)) pl_conn_write_control(conn, PL_FRAME_CREDIT, handle, count, 0);
+}
+
+/* ---- the receiving side: room comes back ------------------------------------------------------------ */
+
+void pl_remote_room_freed_locked(pl_port_t *port, pl_conn_t *origin) {
+    if (port->waiting_senders > 0) return; /* the dequeuer signals one; the room is theirs */
+    if (port->want_waiters > 0) {
+        pl_give_room_to_waiters_locked(port);
+        return;
+    }
+    pl_export_t *e = pl_find_export_locked(port, origin);
+    if (e == NULL || pl_free_room_locked(port) == 0 || e->lent >= pl_window(port)) return;
+    e->lent++;
+    port->reserved++;
+    pl_export_owe(e, 1);
+}
+
+/* ---- frames from holders ----------------------------------------------------------------------------- */
+
+/* The export a peer names, or NULL. Only the transport thread frees exports, and it is the caller, so the
+ * entry outlives the call. */
+static pl_export_t *pl_export_named(pl_conn_t *conn, uint32_t handle) {
+    pthread_mutex_lock(&conn->lock);
+    pl_export_t *e = pl_handle_map_get(&conn->exports, handle);
+    pthread_mutex_unlock(&conn->lock);
+    return e;
+}
+
+bool pl_credit_want(pl_conn_t *conn, uint32_t handle, uint32_t flags, const char **reason) {
+    pl_export_t *e = pl_export_named(conn, handle);
+    if (e == NULL) {
+        *reason = "want: a handle never given out";
+        return false;
+    }
+    pl_port_t *port = e->port;
+    pthread_mutex_lock(&port->lock);
+    uint32_t grant = atomic_exchange_explicit(&e->owed, 0, memory_order_acq_rel);
+    uint32_t window = pl_window(port);
+    if (window > e->lent) {
+        uint32_t room = pl_free_room_locked(port);
+        uint32_t more = room < window - e->lent ? room : window - e->lent;
+        e->lent += more;
+        port->reserved += more;
+        grant += more;
+    }
+    bool waits = (flags & PL_WANT_WAIT) != 0;
+    if (grant == 0 && waits && !e->waiting && !port->dead) {
+        e->waiting = true;
+        port->want_waiters++;
+    } else if (grant > 0 && e->waiting) {
+        e->waiting = false;
+        port->want_waiters--;
+    }
+    pthread_mutex_unlock(&port->lock);
+    if (grant > 0 || !waits) pl_conn_write_control(conn, PL_FRAME_CREDIT, handle, grant, 0);
+    return true;
+}
+
+/* Takes back `count` credits the peer says it holds (port lock held). false: it holds fewer. */
+static bool pl_take_back_locked(pl_export_t *e, uint32_t count) {
+    uint32_t held = e->lent - atomic_load_explicit(&e->owed, memory_order_acquire);
+    if (count > held) return false;
+    e->lent -= count;
+    e->port->reserved -= count;
+    return true;
+}
+
+bool pl_credit_returned(pl_conn_t *conn, uint32_t handle, uint32_t count, const char **reason) {
+    pl_export_t *e = pl_export_named(conn, handle);
+    if (e == NULL) return true; /* credit that crossed the holder's release: released with it already */
+    pl_port_t *port = e->port;
+    pthread_mutex_lock(&port->lock);
+    bool held = pl_take_back_locked(e, count);
+    e->reclaiming = false;
+    if (held) pl_give_room_to_waiters_locked(port);
+    bool wake = held && count > 0 && port->waiting_senders > 0;
+    pthread_mutex_unlock(&port->lock);
+    if (wake) pthread_cond_broadcast(&port->senders);
+    if (!held) *reason = "return: more credit than lent";
+    return held;
+}
+
+bool pl_credit_released(pl_conn_t *conn, uint32_t handle, uint32_t transfers, uint32_t credits,
+                        const char **reason) {
+    pl_export_t *e = pl_export_named(conn, handle);
+    if (e == NULL) {
+        *reason = "release: a handle never given out";
+        return false;
+    }
+    pl_port_t *port = e->port;
+    pthread_mutex_lock(&port->lock);
+    bool held = pl_take_back_locked(e, credits);
+    if (held) pl_give_room_to_waiters_locked(port);
+    bool wake = held && credits > 0 && port->waiting_senders > 0;
+    pthread_mutex_unlock(&port->lock);
+    if (wake) pthread_cond_broadcast(&port->senders);
+    if (!held) {
+        *reason = "release: more credit than lent";
+        return false;
+    }
+
+    pthread_mutex_lock(&conn->lock);
+    bool counted = transfers <= e->transfers;
+    if (counted) e->transfers -= transfers;
+    bool last = counted && e->transfers == 0;
+    if (last) pl_handle_map_remove(&conn->exports, handle);
+    pthread_mutex_unlock(&conn->lock);
+    if (!counted) {
+        *reason = "release: more rights than sent";
+        return false;
+    }
+    if (last) pl_export_drop(e);
+    return true;
+}
+
+/* ---- the sending side of the owner: reclaim, death ------------------------------------------------- */
+
+typedef struct pl_notice {
+    pl_conn_t *conn;
+    uint32_t handle;
+} pl_notice_t;
+
+/* Collects (connection, handle) for exports that `pick` selects (port lock held); the caller writes frames. */
+static uint32_t pl_collect_locked(pl_port_t *port, pl_notice_t **out, bool (*pick)(pl_export_t *e)) {
+    uint32_t n = 0;
+    for (pl_export_t *e = port->exports; e != NULL; e = e->next_of_port) n++;
+    *out = n > 0 ? calloc(n, sizeof **out) : NULL;
+    if (*out == NULL) return 0;
+    uint32_t count = 0;
+    for (pl_export_t *e = port->exports; e != NULL; e = e->next_of_port) {
+        if (!pick(e)) continue;
+        pl_conn_retain(e->conn);
+        (*out)[count++] = (pl_notice_t){ .conn = e->conn, .handle = e->handle };
+    }
+    return count;
+}
+
+static bool pl_pick_for_reclaim(pl_export_t *e) {
+    /* Owed credit the peer never heard of comes back at once; what it holds it is asked for. */
+    uint32_t owed = atomic_exchange_explicit(&e->owed, 0, memory_order_acq_rel);
+    e->lent -= owed;
+    e->port->reserved -= owed;
+    if (e->lent == 0 || e->reclaiming) return false;
+    e->reclaiming = true;
+    return true;
+}
+
+static bool pl_pick_for_death(pl_export_t *e) {
+    if (e->dead_told) return false;
+    e->dead_told = true;
+    return true;
+}
+
+static void pl_notify(pl_notice_t *notices, uint32_t count, pl_frame_type_t type) {
+    for (uint32_t i = 0; i < count; i++) {
+        pl_conn_write_control(notices[i].conn, type, notices[i].handle, 0, 0);
+        pl_conn_release(notices[i].conn);
+    }
+    free(notices);
+}
+
+void pl_remote_reclaim(pl_port_t *port) {
+    pl_notice_t *notices;
+    pthread_mutex_lock(&port->lock);
+    uint32_t count = pl_collect_locked(port, &notices, pl_pick_for_reclaim);
+    bool room = !pl_port_full_locked(port);
+    pthread_mutex_unlock(&port->lock);
+    if (room) pthread_cond_broadcast(&port->senders);
+    pl_notify(notices, count, PL_FRAME_RECLAIM);
+}
+
+void pl_remote_port_destroyed(pl_port_t *port) {
+    pl_notice_t *notices;
+    pthread_mutex_lock(&port->lock);
+    uint32_t count = pl_collect_locked(port, &notices, pl_pick_for_death);
+    bool service = port->service != NULL;
+    pthread_mutex_unlock(&port->lock);
+    pl_notify(notices, count, PL_FRAME_DEAD);
+    if (service) pl_transport_port_destroyed(port);
+}
+
+void pl_conn_unexport_locked(pl_conn_t *conn, const pl_wire_right_t *rights, uint32_t count) {
+    for (uint32_t i = 0; i < count; i++) {
+        pl_export_t *e = pl_handle_map_get(&conn->exports, rights[i].handle);
+        if (e == NULL) continue;
+        pthread_mutex_lock(&e->port->lock);
+        e->lent -= rights[i].credits;
+        e->port->reserved -= rights[i].credits;
+        pthread_mutex_unlock(&e->port->lock);
+        if (--e->transfers == 0) {
+            pl_handle_map_remove(&conn->exports, e->handle);
+            pl_export_drop(e);
+        }
+    }
+}

@@ -1,0 +1,321 @@
+/*
+ * pl_proxy.c — the holder's side: a proxy is a send right to a port of another process.
+ *
+ * A send on a proxy spends one credit (asking the owner with WANT when it has none, and waiting as a send to a
+ * full local port waits), waits for room in the connection's outgoing queue, then writes the message: rights
+ * it carries become handles (this process's ports are exported; a proxy of the same connection is named by the
+ * owner's handle), descriptors travel as SCM_RIGHTS, and a payload larger than a frame goes in fragments,
+ * written under the connection's write lock so that they are never interleaved.
+ */
+#include "pl_remote.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static atomic_uint pl_import_count;
+
+/* ---- imports ---------------------------------------------------------------------------------------- */
+
+/* The proxy for a right the peer sent (the connection's lock held); with `make_right`, one more send right to it
+ * for the caller. NULL with *reason: the peer broke a limit or memory ran out. */
+pl_port_t *pl_proxy_import_locked(pl_conn_t *conn, pl_wire_right_t right, bool make_right, const char **reason) {
+    pl_port_t *port = pl_handle_map_get(&conn->imports, right.handle);
+    if (port == NULL) {
+        if (conn->imports.count >= PL_CONN_MAX_RIGHTS) {
+            *reason = "the peer sent more rights than a connection may hold";
+            return NULL;
+        }
+        pl_proxy_t *proxy = calloc(1, sizeof *proxy);
+        if (proxy == NULL) {
+            *reason = "out of memory for a proxy";
+            return NULL;
+        }
+        proxy->conn = conn;
+        proxy->handle = right.handle;
+        proxy->max_size = right.max_size;
+        port = pl_port_new_proxy(proxy);
+        if (port == NULL || !pl_handle_map_put(&conn->imports, right.handle, port)) {
+            if (port != NULL) pl_port_release_internal(port); /* frees the proxy too, which holds no reference yet */
+            else free(proxy);
+            *reason = "out of memory for a proxy";
+            return NULL;
+        }
+        pl_conn_retain(conn);
+        proxy->in_table = true;
+        atomic_fetch_add_explicit(&pl_import_count, 1, memory_order_relaxed);
+    }
+    pl_proxy_t *proxy = port->proxy;
+    proxy->transfers++;
+    proxy->credits += right.credits;
+    proxy->max_size = right.max_size;
+    port->max_msg_size = right.max_size;
+    if (make_right) pl_port_make_send(port);
+    if (right.credits > 0) pthread_cond_broadcast(&conn->changed);
+    return port;
+}
+
+void pl_proxy_free(pl_proxy_t *proxy) {
+    pl_conn_release(proxy->conn);
+    free(proxy);
+}
+
+uint32_t pl_proxy_import_total(void) { return atomic_load_explicit(&pl_import_count, memory_order_relaxed); }
+
+/* Takes a proxy out of the table (the connection's lock held); the caller releases the table's reference. */
+static void pl_proxy_unlink_locked(pl_conn_t *conn, pl_port_t *port) {
+    pl_handle_map_remove(&conn->imports, port->proxy->handle);
+    port->proxy->in_table = false;
+    atomic_fetch_sub_explicit(&pl_import_count, 1, memory_order_relaxed);
+}
+
+void pl_proxy_unused(pl_port_t *port) {
+    pl_proxy_t *proxy = port->proxy;
+    pl_conn_t *conn = proxy->conn;
+    pthread_mutex_lock(&conn->write_lock);
+    pthread_mutex_lock(&conn->lock);
+    /* A right that came in meanwhile (a transfer, a look-up) keeps it. */
+    bool unused = proxy->in_table && !conn->dead &&
+                  atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0;
+    uint32_t transfers = proxy->transfers, credits = proxy->credits;
+    if (unused) {
+        pl_proxy_unlink_locked(conn, port);
+        proxy->credits = 0;
+    }
+    bool idle = unused && !conn->accepted && conn->imports.count == 0 && conn->exports.count == 0;
+    pthread_mutex_unlock(&conn->lock);
+    if (unused) {
+        uint8_t frame[PL_WIRE_HEADER_SIZE + 12];
+        size_t length = pl_wire_encode_control(frame, PL_FRAME_RELEASE, proxy->handle, credits, transfers);
+        pl_conn_put_frame_locked(conn, frame, length, NULL, 0);
+    }
+    pthread_mutex_unlock(&conn->write_lock);
+    if (!unused) return;
+    if (idle) pl_transport_kill(conn, "no right left on the connection"); /* a client's connection ends when idle */
+    pl_port_release_internal(port); /* the table's reference; the caller still holds its own */
+}
+
+/* ---- frames from the owner -------------------------------------------------------------------------- */
+
+void pl_proxy_credit(pl_conn_t *conn, uint32_t handle, uint32_t count) {
+    pthread_mutex_lock(&conn->lock);
+    pl_port_t *port = pl_handle_map_get(&conn->imports, handle);
+    if (port != NULL) {
+        port->proxy->credits += count;
+        port->proxy->want_sent = false;
+        conn->credit_answers++;
+    }
+    pthread_mutex_unlock(&conn->lock);
+    if (port != NULL) {
+        pthread_cond_broadcast(&conn->changed);
+    } else if (count > 0) {
+        pl_conn_write_control(conn, PL_FRAME_RETURN, handle, count, 0); /* released meanwhile: give it back */
+    }
+}
+
+void pl_proxy_reclaim(pl_conn_t *conn, uint32_t handle) {
+    pthread_mutex_lock(&conn->lock);
+    pl_port_t *port = pl_handle_map_get(&conn->imports, handle);
+    uint32_t unused = 0;
+    if (port != NULL) {
+        unused = port->proxy->credits;
+        port->proxy->credits = 0;
+    }
+    pthread_mutex_unlock(&conn->lock);
+    if (port != NULL) pl_conn_write_control(conn, PL_FRAME_RETURN, handle, unused, 0);
+}
+
+void pl_proxy_dead(pl_conn_t *conn, uint32_t handle) {
+    pthread_mutex_lock(&conn->lock);
+    pl_port_t *port = pl_handle_map_get(&conn->imports, handle);
+    if (port != NULL) {
+        pthread_mutex_lock(&port->lock);
+        port->dead = true;
+        pthread_mutex_unlock(&port->lock);
+    }
+    pthread_mutex_unlock(&conn->lock);
+    if (port != NULL) pthread_cond_broadcast(&conn->changed);
+}
+
+/* ---- sending ---------------------------------------------------------------------------------------- */
+
+static bool pl_proxy_dead_name(pl_port_t *port) {
+    pthread_mutex_lock(&port->lock);
+    bool dead = port->dead;
+    pthread_mutex_unlock(&port->lock);
+    return dead;
+}
+
+/* Spends one credit, asking for more and waiting as needed (no lock held). */
+static pl_status_t pl_proxy_take_credit(pl_port_t *port, int64_t timeout_ns, int64_t deadline) {
+    pl_proxy_t *proxy = port->proxy;
+    pl_conn_t *conn = proxy->conn;
+    /* A poll without credit waits for the owner's answer only, never for room. */
+    int64_t answer_deadline = timeout_ns == 0 ? pl_now_ns() + PL_POLL_ANSWER_NS : deadline;
+    pthread_mutex_lock(&conn->lock);
+    uint64_t answers = conn->credit_answers;
+    bool asked = false;
+    for (;;) {
+        if (conn->dead || pl_proxy_dead_name(port)) {
+            pthread_mutex_unlock(&conn->lock);
+            return PL_ERR_INVALID_DEST;
+        }
+        if (proxy->credits > 0) {
+            proxy->credits--;
+            pthread_mutex_unlock(&conn->lock);
+            return PL_OK;
+        }
+        if (timeout_ns == 0 && asked && conn->credit_answers != answers && !proxy->want_sent) break;
+        if (!proxy->want_sent || (timeout_ns == 0 && !asked)) {
+            proxy->want_sent = true;
+            asked = true;
+            answers = conn->credit_answers;
+            uint32_t handle = proxy->handle;
+            pthread_mutex_unlock(&conn->lock);
+            pl_conn_write_control(conn, PL_FRAME_WANT, handle, timeout_ns == 0 ? 0 : PL_WANT_WAIT, 0);
+            pthread_mutex_lock(&conn->lock);
+            continue;
+        }
+        if (pl_now_ns() >= answer_deadline) break;
+        pl_cond_wait_until(&conn->changed, &conn->lock, answer_deadline);
+    }
+    pthread_mutex_unlock(&conn->lock);
+    return PL_ERR_TIMED_OUT;
+}
+
+static void pl_proxy_give_back_credit(pl_port_t *port) {
+    pl_conn_t *conn = port->proxy->conn;
+    pthread_mutex_lock(&conn->lock);
+    port->proxy->credits++;
+    pthread_mutex_unlock(&conn->lock);
+    pthread_cond_broadcast(&conn->changed);
+}
+
+/* Whether a right can be named on this connection: a port of this process, or a proxy of the same one. */
+static bool pl_right_nameable(pl_conn_t *conn, pl_port_t *port) {
+    return port->proxy == NULL || port->proxy->conn == conn;
+}
+
+/* What a message's rights became on the wire, to undo if the message cannot go. */
+typedef struct pl_encoded {
+    pl_wire_right_t reply;
+    pl_wire_right_t rights[PL_WIRE_MAX_ATTACHMENTS];
+    int fds[PL_WIRE_MAX_ATTACHMENTS];
+    uint32_t fd_count;
+    pl_wire_right_t exported[PL_WIRE_MAX_ATTACHMENTS + 1];
+    uint32_t exported_count;
+    uint32_t dead[PL_WIRE_MAX_ATTACHMENTS + 1]; /* handles of destroyed ports among them */
+    uint32_t dead_count;
+} pl_encoded_t;
+
+static pl_status_t pl_encode_right_locked(pl_conn_t *conn, pl_port_t *port, pl_wire_right_t *out,
+                                          pl_encoded_t *encoded) {
+    if (port->proxy != NULL) {
+        *out = (pl_wire_right_t){ .kind = PL_RIGHT_YOURS, .handle = port->proxy->handle };
+        return PL_OK;
+    }
+    bool dead = false;
+    pl_status_t status = pl_conn_export_locked(conn, port, out, &dead);
+    if (status != PL_OK) return status;
+    encoded->exported[encoded->exported_count++] = *out;
+    if (dead) encoded->dead[encoded->dead_count++] = out->handle;
+    return PL_OK;
+}
+
+pl_status_t pl_proxy_send(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
+                          const pl_attachment_t *attachments, uint32_t attachment_count, int64_t timeout_ns) {
+    pl_conn_t *conn = port->proxy->conn;
+    if (reply != NULL && !pl_right_nameable(conn, reply)) return PL_ERR_INVALID_ARG;
+    for (uint32_t i = 0; i < attachment_count; i++) {
+        if (attachments[i].kind == PL_ATTACHMENT_SEND_RIGHT && !pl_right_nameable(conn, attachments[i].port)) {
+            return PL_ERR_INVALID_ARG;
+        }
+    }
+    int64_t deadline = pl_deadline_ns(timeout_ns);
+    pl_status_t status = pl_proxy_take_credit(port, timeout_ns, deadline);
+    if (status != PL_OK) return status;
+
+    /* Room in the outgoing queue for the whole message, fragments and all. */
+    uint32_t first_room = pl_wire_first_fragment_room(attachment_count);
+    uint32_t fragments = size <= first_room ? 1 : 1 + (uint32_t)((size - first_room + pl_wire_next_fragment_room() - 1) /
+                                                                 pl_wire_next_fragment_room());
+    size_t head_size = PL_WIRE_MESSAGE_FIXED + PL_WIRE_RIGHT_SIZE * (1 + (size_t)attachment_count);
+    size_t need = size + (size_t)fragments * head_size;
+    /* Small messages are built on the stack; a large one gets a frame-sized buffer for the call. */
+    uint8_t small[4096];
+    uint8_t *frame = head_size + size <= sizeof small ? small : malloc(PL_WIRE_MAX_FRAME);
+    if (frame == NULL) {
+        pl_proxy_give_back_credit(port);
+        return PL_ERR_NO_MEMORY;
+    }
+    pthread_mutex_lock(&conn->write_lock);
+    while (conn->fd >= 0 && conn->out_head != NULL && conn->out_bytes + need > PL_CONN_OUTGOING_LIMIT) {
+        if (timeout_ns == 0 || pl_now_ns() >= deadline) {
+            pthread_mutex_unlock(&conn->write_lock);
+            pl_proxy_give_back_credit(port);
+            if (frame != small) free(frame);
+            return PL_ERR_TIMED_OUT;
+        }
+        pl_cond_wait_until(&conn->writable, &conn->write_lock, deadline);
+    }
+    if (conn->fd < 0) {
+        pthread_mutex_unlock(&conn->write_lock);
+        if (frame != small) free(frame);
+        return PL_ERR_INVALID_DEST;
+    }
+
+    /* Rights become handles, descriptors indexes. */
+    pl_encoded_t encoded;
+    encoded.reply = (pl_wire_right_t){ 0 };
+    encoded.fd_count = encoded.exported_count = encoded.dead_count = 0;
+    pl_wire_message_t message = { .dest = port->proxy->handle, .id = id, .total_size = (uint32_t)size,
+                                  .attachment_count = attachment_count };
+    pthread_mutex_lock(&conn->lock);
+    if (reply != NULL) status = pl_encode_right_locked(conn, reply, &encoded.reply, &encoded);
+    for (uint32_t i = 0; i < attachment_count && status == PL_OK; i++) {
+        if (attachments[i].kind == PL_ATTACHMENT_SEND_RIGHT) {
+            status = pl_encode_right_locked(conn, attachments[i].port, &encoded.rights[i], &encoded);
+        } else {
+            encoded.rights[i] = (pl_wire_right_t){ .kind = PL_RIGHT_FD, .handle = encoded.fd_count };
+            encoded.fds[encoded.fd_count++] = attachments[i].fd;
+        }
+    }
+    if (status != PL_OK) {
+        pl_conn_unexport_locked(conn, encoded.exported, encoded.exported_count);
+        pthread_mutex_unlock(&conn->lock);
+        pthread_mutex_unlock(&conn->write_lock);
+        pl_proxy_give_back_credit(port);
+        if (frame != small) free(frame);
+        return status;
+    }
+    pthread_mutex_unlock(&conn->lock);
+    message.reply = encoded.reply;
+    message.fd_count = encoded.fd_count;
+    pl_conn_take_owed(conn, &message.credit_handle, &message.credit_count);
+
+    /* The fragments, written back to back. */
+    const uint8_t *bytes = payload;
+    uint32_t offset = 0;
+    do {
+        uint32_t room = offset == 0 ? first_room : pl_wire_next_fragment_room();
+        uint32_t chunk = size - offset < room ? (uint32_t)(size - offset) : room;
+        bool more = offset + chunk < size;
+        message.offset = offset;
+        size_t head = pl_wire_encode_message_head(frame, more ? PL_FRAME_MORE : 0, &message, encoded.rights, chunk);
+        if (chunk > 0) memcpy(frame + head, bytes + offset, chunk);
+        status = pl_conn_put_frame_locked(conn, frame, head + chunk, encoded.fds, message.fd_count);
+        /* Later fragments carry bytes only. */
+        message.attachment_count = message.fd_count = 0;
+        message.reply = (pl_wire_right_t){ 0 };
+        message.credit_handle = message.credit_count = 0;
+        offset += chunk;
+    } while (status == PL_OK && offset < size);
+    for (uint32_t i = 0; i < encoded.dead_count && status == PL_OK; i++) {
+        /* A right to a port destroyed before it went: the peer learns it is a dead name. */
+        uint8_t control[PL_WIRE_HEADER_SIZE + 12];
+        size_t length = pl_wire_encode_control(control, PL_FRAME_DEAD, encoded.dead[i], 0, 0);
+        status = pl_conn_put_frame_locked(conn, control, length, NULL, 0);
+    }
+    pthread_mutex_unlock(&conn->write_lock);
+    if (frame != small) free(frame);
+    return status;
+}

@@ -1,0 +1,262 @@
+/*
+ * pl_remote.h — ports across processes: connections, the rights they carry, the transport thread and the
+ * namespace. Not public API; portloop.h says what a caller sees.
+ *
+ * A connection joins two processes over one SOCK_SEQPACKET socket. Each side gives out *handles* for its own
+ * ports whose rights it sent (its exports) and keeps a *proxy* for each handle the other side gave it (its
+ * imports). A proxy is a pl_port_t without a queue: a send on it becomes a MESSAGE frame, so a send right is
+ * the same object to its user wherever its port lives.
+ *
+ * Queue room crosses as credit. The owner of a port counts, per export, the credit it lent the holder
+ * (`lent`, part of the port's `reserved`); a local send finds the port full when count + reserved reaches the
+ * queue limit. A holder spends one credit per message; without credit it asks (WANT) and waits, or fails at
+ * once for a poll. Credit comes back as room: when the owner's receiver dequeues a message that came from a
+ * connection, the slot is lent to that connection again (unless someone is waiting for room), and the peer is
+ * told on the next frame that goes its way or, if it waits, at once. An owner short of room asks holders to
+ * give back credit they are not using (RECLAIM / RETURN).
+ *
+ * Threads: one transport thread per process reads every connection and listening socket (pl_transport.c).
+ * Any thread writes: a sender writes its frames itself, without blocking (a frame the socket cannot take waits
+ * in the connection's outgoing queue, which the transport thread drains).
+ *
+ * Lock order: a connection's write_lock, then its lock, then a port's lock, then a set's lock; the owed list's
+ * lock and the transport's command lock are leaves.
+ */
+#ifndef PL_REMOTE_H
+#define PL_REMOTE_H
+
+#include "pl_internal.h"
+#include "pl_wire.h"
+
+/* ---- limits (documented in the "Across processes" article) ---- */
+
+#define PL_CONN_MAX_RIGHTS 4096u        /* live exports, and live imports, per connection */
+#define PL_CONN_OUTGOING_LIMIT (1u << 20) /* bytes waiting in a connection's outgoing queue, plus one message */
+#define PL_CONN_CONTROL_LIMIT (4u << 20) /* beyond this a peer that does not read is disconnected */
+#define PL_SERVICE_MAX_CONNECTIONS 1024u
+#define PL_POLL_ANSWER_NS 50000000      /* how long a poll send without credit waits for the owner's answer */
+
+/* ---- a small map from u32 handles to pointers (open addressing) ---- */
+
+typedef struct pl_handle_map {
+    uint32_t *keys;           /* 0: empty; UINT32_MAX: removed */
+    void **values;
+    uint32_t capacity, count, used;
+} pl_handle_map_t;
+
+void *pl_handle_map_get(const pl_handle_map_t *map, uint32_t key);
+bool pl_handle_map_put(pl_handle_map_t *map, uint32_t key, void *value); /* false: out of memory */
+void *pl_handle_map_remove(pl_handle_map_t *map, uint32_t key);
+void pl_handle_map_free(pl_handle_map_t *map);
+/* Calls fn for each entry; fn must not change the map. */
+void pl_handle_map_each(pl_handle_map_t *map, void (*fn)(uint32_t key, void *value, void *context), void *context);
+
+/* ---- what a queued message carries beyond id, bytes and reply ---- */
+
+typedef struct pl_conn pl_conn_t;
+
+/* Allocated only for a message with attachments or one that came from another process. */
+typedef struct pl_msg_extra {
+    pl_conn_t *origin;        /* the connection it arrived on (a reference), or NULL */
+    pl_sender_t sender;
+    pl_attachments_t *attachments;
+} pl_msg_extra_t;
+
+pl_attachments_t *pl_attachments_new(uint32_t count);
+
+/* ---- exports: a local port whose send rights a peer holds ---- */
+
+typedef struct pl_export {
+    pl_port_t *port;          /* a memory reference */
+    pl_conn_t *conn;
+    uint32_t handle;
+    /* the connection's lock: */
+    uint32_t transfers;       /* rights sent on the connection that the peer has not released */
+    /* the port's lock: */
+    uint32_t lent;            /* credit lent to the peer, owed included; part of port->reserved */
+    bool waiting;             /* the peer waits for credit; counted in port->want_waiters */
+    bool reclaiming;          /* a RECLAIM is on its way */
+    bool dead_told;           /* DEAD was sent */
+    struct pl_export *next_of_port;
+    /* atomic, and the connection's owed lock for the list: */
+    atomic_uint owed;         /* part of lent that the peer has not been told of */
+    bool in_owed_list;
+    struct pl_export *next_owed;
+} pl_export_t;
+
+/* ---- proxies: a port of the peer, seen from here ---- */
+
+typedef struct pl_proxy {
+    pl_conn_t *conn;          /* a reference */
+    uint32_t handle;
+    /* the connection's lock: */
+    uint32_t credits;
+    uint32_t transfers;       /* rights received for this handle, reported when released */
+    uint32_t max_size;
+    bool want_sent;           /* a WANT is unanswered */
+    bool in_table;
+} pl_proxy_t;
+
+/* ---- connections ---- */
+
+typedef struct pl_out_frame {
+    struct pl_out_frame *next;
+    size_t length, sent;      /* a frame is written whole: sent is 0 until it goes */
+    int fds[PL_WIRE_MAX_ATTACHMENTS];
+    uint32_t fd_count;
+    uint8_t bytes[];
+} pl_out_frame_t;
+
+typedef struct pl_service pl_service_t;
+
+struct pl_conn {
+    atomic_uint refs;
+    int fd;
+    bool accepted;            /* the service's side */
+    pl_sender_t peer;         /* credentials read when the connection was made */
+
+    pthread_mutex_t write_lock;
+    pthread_cond_t writable;  /* the outgoing queue drained */
+    pl_out_frame_t *out_head, *out_tail;
+    size_t out_bytes;
+    bool want_writable;       /* the transport watches for EPOLLOUT */
+
+    pthread_mutex_t lock;
+    pthread_cond_t changed;   /* credit came, the connection died, the handshake finished */
+    uint64_t credit_answers;  /* CREDIT frames received: a poll's WANT was answered */
+    bool dead;
+    const char *death;        /* why, for the log */
+    bool hello_received;
+    uint32_t hello_status;
+    pl_handle_map_t exports;  /* handle → pl_export_t */
+    pl_handle_map_t imports;  /* handle → pl_port_t (proxy) */
+    uint32_t next_handle;
+    uint32_t bootstrap_handle;/* a client's: the service port's handle, from the service's HELLO */
+
+    pthread_mutex_t owed_lock;
+    pl_export_t *owed_head;
+
+    /* the transport thread's */
+    pl_service_t *service;    /* accepted on this service (a reference), or NULL */
+    char *lookup_key;         /* a client's: the socket path it connected to */
+    struct pl_conn *next;
+    struct {
+        bool active;
+        uint32_t dest, total, received;
+        int32_t id;
+        uint8_t *bytes;
+        pl_port_t *reply;
+        pl_attachments_t *attachments;
+    } rx;
+};
+
+pl_conn_t *pl_conn_new(int fd, bool accepted); /* NULL: out of memory (fd untouched) */
+void pl_conn_retain(pl_conn_t *conn);
+void pl_conn_release(pl_conn_t *conn);         /* the last frees memory only: teardown happened before */
+
+/* Writes one whole frame now or queues it (write_lock held). PL_ERR_INVALID_DEST: the connection is broken. */
+pl_status_t pl_conn_put_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size_t length, const int *fds,
+                                     uint32_t fd_count);
+/* Writes a control frame (any thread holding no lock of the connection or of a port). */
+void pl_conn_write_control(pl_conn_t *conn, pl_frame_type_t type, uint32_t handle, uint32_t count_or_flags,
+                           uint32_t transfers);
+/* Sends the connection's HELLO. */
+void pl_conn_write_hello(pl_conn_t *conn, uint32_t status, pl_wire_right_t bootstrap);
+/* Writes what waits in the outgoing queue (the transport thread, on EPOLLOUT). */
+void pl_conn_flush_outgoing(pl_conn_t *conn);
+/* Sends the credit owed to the peer (the transport thread, when asked). */
+void pl_conn_flush_owed(pl_conn_t *conn);
+/* Handles one received packet (the transport thread). false: the peer broke the protocol (reason set). */
+bool pl_conn_receive_frame(pl_conn_t *conn, const uint8_t *packet, size_t length, int *fds, uint32_t fd_count,
+                           const char **reason);
+/* Ends the connection: proxies become dead names, exports are dropped, waiters wake. The transport thread. */
+void pl_conn_teardown(pl_conn_t *conn, const char *why);
+
+/* ---- exports and credit (pl_credit.c) ---- */
+
+/* Exports `port` on the connection for one more right (the connection's lock held), lending credit with it.
+ * *out_dead: the port is destroyed already, so DEAD must follow the frame. PL_ERR_NO_SPACE at the limit. */
+pl_status_t pl_conn_export_locked(pl_conn_t *conn, pl_port_t *port, pl_wire_right_t *out_right, bool *out_dead);
+/* Undoes exports made for a message that cannot go (the connection's lock held): the rights and credit it
+ * would have carried. */
+void pl_conn_unexport_locked(pl_conn_t *conn, const pl_wire_right_t *rights, uint32_t count);
+/* Forgets an export that the connection's table no longer holds: credit back as room, references released. */
+void pl_export_drop(pl_export_t *e);
+/* Takes one export's owed credit for a frame going to the peer: *handle and *count, or false if none. */
+bool pl_conn_take_owed(pl_conn_t *conn, uint32_t *handle, uint32_t *count);
+uint32_t pl_export_total(void);
+/* The owner's side of WANT, RETURN and RELEASE (the transport thread; no lock held). false: a violation. */
+bool pl_credit_want(pl_conn_t *conn, uint32_t handle, uint32_t flags, const char **reason);
+bool pl_credit_returned(pl_conn_t *conn, uint32_t handle, uint32_t count, const char **reason);
+bool pl_credit_released(pl_conn_t *conn, uint32_t handle, uint32_t transfers, uint32_t credits,
+                        const char **reason);
+
+
+/* ---- proxies (pl_proxy.c) ---- */
+
+/* The proxy for a right the peer sent (the connection's lock held); with make_right, a new send right for the
+ * caller. NULL with *reason when the peer broke a limit or memory ran out. */
+pl_port_t *pl_proxy_import_locked(pl_conn_t *conn, pl_wire_right_t right, bool make_right, const char **reason);
+/* The holder's side of CREDIT, RECLAIM and DEAD (the transport thread; no lock held). */
+void pl_proxy_credit(pl_conn_t *conn, uint32_t handle, uint32_t count);
+void pl_proxy_reclaim(pl_conn_t *conn, uint32_t handle);
+void pl_proxy_dead(pl_conn_t *conn, uint32_t handle);
+uint32_t pl_proxy_import_total(void);
+/* The proxy send path: pl_port_send on a proxy. */
+pl_status_t pl_proxy_send(pl_port_t *proxy, int32_t id, const void *payload, size_t size, pl_port_t *reply,
+                          const pl_attachment_t *attachments, uint32_t attachment_count, int64_t timeout_ns);
+/* The last send right to a proxy was released: tell the owner (RELEASE). */
+void pl_proxy_unused(pl_port_t *proxy);
+/* Frees a proxy's remote part when its memory goes. */
+void pl_proxy_free(pl_proxy_t *proxy);
+
+/* ---- hooks from the port file (port lock held unless said) ---- */
+
+/* A message that came from `origin` was dequeued from port: lend the slot again (see the top). */
+void pl_remote_room_freed_locked(pl_port_t *port, pl_conn_t *origin);
+/* A local sender found the port full because of credit lent out: ask holders for what they do not use.
+ * Called after the port lock was released. */
+void pl_remote_reclaim(pl_port_t *port);
+/* The port was destroyed; its exports are told (port lock not held). */
+void pl_remote_port_destroyed(pl_port_t *port);
+
+/* ---- the transport thread (pl_transport.c) ---- */
+
+pl_status_t pl_transport_start(void);                 /* idempotent; PL_ERR_SYSTEM when it cannot start */
+pl_status_t pl_transport_add_conn(pl_conn_t *conn);  /* watch a new connection (takes a reference) */
+pl_status_t pl_transport_add_service(pl_service_t *service);
+void pl_transport_want_writable(pl_conn_t *conn);     /* the outgoing queue has frames */
+void pl_transport_flush_owed(pl_conn_t *conn);        /* credit is owed to a waiting peer */
+void pl_transport_reclaim(pl_port_t *port);           /* send RECLAIMs for this port */
+void pl_transport_port_destroyed(pl_port_t *port);    /* tell holders, withdraw its service */
+void pl_transport_kill(pl_conn_t *conn, const char *why); /* end a connection (a write failed) */
+/* A live client connection to this socket path, if any (a reference). */
+pl_conn_t *pl_transport_find_client(const char *key);
+
+/* ---- services (pl_service.c) ---- */
+
+struct pl_service {
+    atomic_uint refs;
+    int listen_fd;
+    int lock_fd;              /* flock held while the service lives; -1 under socket activation */
+    char *path;               /* the socket's path, unlinked when withdrawn (NULL under socket activation) */
+    char *lock_path;
+    pl_port_t *port;          /* a memory reference to the service port */
+    pl_policy_t policy;
+    uint32_t connections;     /* the transport thread's */
+    bool withdrawn;
+    struct pl_service *next;
+};
+
+void pl_service_release(pl_service_t *service);
+/* The transport thread accepted `fd` on the service: check the peer, start the connection. */
+void pl_service_accepted(pl_service_t *service, int fd);
+/* Closes the listening socket, unlinks the name, drops the lock (the transport thread). */
+void pl_service_withdraw(pl_service_t *service);
+
+/* ---- identity (pl_identity.c) ---- */
+
+/* The credentials of a connected socket's peer (SO_PEERCRED, SO_PEERPIDFD). */
+pl_status_t pl_identity_of_peer(int fd, pl_sender_t *out);
+
+#endif /* PL_REMOTE_H */

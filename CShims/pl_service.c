@@ -1,0 +1,365 @@
+/*
+ * pl_service.c — the namespace: checking a name in, looking it up, and admitting the processes that connect.
+ *
+ * A namespace is a directory that only its user may enter (0700). A service named N is the SOCK_SEQPACKET socket
+ * N in it, and its process holds an exclusive flock on ".N.lock" beside it for as long as the service lives. The
+ * kernel drops the lock when that process dies, however it dies, so a second check-in tells a live holder (the
+ * lock is taken: PL_ERR_NAME_IN_USE) from a stale socket (the lock is free: the socket is unlinked and made
+ * anew). Lock files are never unlinked: a process that opened one must always meet the same file.
+ *
+ * Under systemd socket activation the listening socket comes from the service manager (LISTEN_FDS,
+ * LISTEN_FDNAMES) and the name is systemd's to hold: no lock file, nothing to unlink.
+ */
+#define _GNU_SOURCE
+#include "pl_remote.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/* ---- names and the directory ------------------------------------------------------------------------ */
+
+pl_status_t pl_service_name_check(const char *name, const char **reason) {
+    const char *why = NULL;
+    if (name == NULL || name[0] == '\0') {
+        why = "a name is 1 to 64 bytes long";
+    } else if (strlen(name) > PL_SERVICE_NAME_MAX) {
+        why = "a name is at most 64 bytes long";
+    } else if (name[0] == '.') {
+        why = "a name does not start with '.'";
+    } else {
+        for (const char *c = name; *c != '\0' && why == NULL; c++) {
+            bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                      *c == '.' || *c == '_' || *c == '-';
+            if (!ok) why = "a name holds only letters, digits, '.', '_' and '-'";
+        }
+    }
+    if (reason != NULL) *reason = why;
+    return why == NULL ? PL_OK : PL_ERR_INVALID_ARG;
+}
+
+pl_status_t pl_namespace_default(char *out, size_t capacity) {
+    const char *explicit = getenv("PORTLOOP_NAMESPACE");
+    const char *runtime = getenv("XDG_RUNTIME_DIR");
+    int n;
+    if (explicit != NULL && explicit[0] != '\0') {
+        n = snprintf(out, capacity, "%s", explicit);
+    } else if (runtime != NULL && runtime[0] == '/') {
+        n = snprintf(out, capacity, "%s/portloop", runtime);
+    } else {
+        n = snprintf(out, capacity, "/tmp/portloop-%u", (unsigned)geteuid());
+    }
+    if (n <= 0 || (size_t)n >= capacity || (size_t)n > PL_NAMESPACE_PATH_MAX || out[0] != '/') {
+        return PL_ERR_INVALID_ARG;
+    }
+    return PL_OK;
+}
+
+/* The directory must be ours and closed to everyone else, or a squatter could stand in for a service. */
+static pl_status_t pl_directory_check(const char *directory, bool create) {
+    if (directory == NULL || directory[0] != '/' || strlen(directory) > PL_NAMESPACE_PATH_MAX) return PL_ERR_INVALID_ARG;
+    if (create && mkdir(directory, 0700) != 0 && errno != EEXIST) return pl_system_failure("mkdir");
+    struct stat st;
+    if (lstat(directory, &st) != 0) {
+        if (errno == ENOENT && !create) return PL_ERR_UNKNOWN_SERVICE;
+        return pl_system_failure("lstat");
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) return PL_ERR_REFUSED;
+    return PL_OK;
+}
+
+static pl_status_t pl_socket_address(const char *directory, const char *name, struct sockaddr_un *address) {
+    memset(address, 0, sizeof *address);
+    address->sun_family = AF_UNIX;
+    int n = snprintf(address->sun_path, sizeof address->sun_path, "%s/%s", directory, name);
+    return n > 0 && (size_t)n < sizeof address->sun_path ? PL_OK : PL_ERR_INVALID_ARG;
+}
+
+/* ---- socket activation ------------------------------------------------------------------------------ */
+
+static pthread_mutex_t pl_activation_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t pl_activation_taken; /* descriptors 3… already adopted, as bits */
+
+/* The listening socket systemd passed for `name`, or -1. PL_ERR_NAME_IN_USE if it was adopted already. */
+static pl_status_t pl_activation_fd(const char *name, int *out_fd) {
+    *out_fd = -1;
+    const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS"), *names = getenv("LISTEN_FDNAMES");
+    if (pid == NULL || fds == NULL || names == NULL) return PL_OK;
+    if (strtol(pid, NULL, 10) != (long)getpid()) return PL_OK;
+    long count = strtol(fds, NULL, 10);
+    const char *start = names;
+    size_t length = strlen(name);
+    for (long i = 0; i < count && i < 64 && start != NULL; i++) {
+        const char *end = strchr(start, ':');
+        size_t field = end != NULL ? (size_t)(end - start) : strlen(start);
+        if (field == length && memcmp(start, name, length) == 0) {
+            pthread_mutex_lock(&pl_activation_lock);
+            bool taken = (pl_activation_taken >> i) & 1u;
+            pl_activation_taken |= 1ull << i;
+            pthread_mutex_unlock(&pl_activation_lock);
+            if (taken) return PL_ERR_NAME_IN_USE;
+            *out_fd = 3 + (int)i;
+            return PL_OK;
+        }
+        start = end != NULL ? end + 1 : NULL;
+    }
+    return PL_OK;
+}
+
+/* A descriptor systemd passed must be a listening SOCK_SEQPACKET socket. */
+static pl_status_t pl_activation_check(int fd) {
+    int type = 0, listening = 0;
+    socklen_t length = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0) return pl_system_failure("getsockopt(SO_TYPE)");
+    length = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &length) != 0) {
+        return pl_system_failure("getsockopt(SO_ACCEPTCONN)");
+    }
+    if (type != SOCK_SEQPACKET || !listening) return PL_ERR_INVALID_ARG;
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return pl_system_failure("fcntl(O_NONBLOCK)");
+    if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) return pl_system_failure("fcntl(FD_CLOEXEC)");
+    return PL_OK;
+}
+
+/* ---- check-in ---------------------------------------------------------------------------------------- */
+
+void pl_service_release(pl_service_t *service) {
+    if (atomic_fetch_sub_explicit(&service->refs, 1, memory_order_acq_rel) != 1) return;
+    if (service->listen_fd >= 0) close(service->listen_fd);
+    if (service->lock_fd >= 0) close(service->lock_fd);
+    if (service->port != NULL) pl_port_release_internal(service->port);
+    free(service->path);
+    free(service->lock_path);
+    free(service);
+}
+
+void pl_service_withdraw(pl_service_t *service) {
+    if (service->withdrawn) return;
+    service->withdrawn = true;
+    /* The name goes before the lock does, so that the next holder never finds our socket. */
+    if (service->path != NULL) unlink(service->path);
+    if (service->listen_fd >= 0) close(service->listen_fd);
+    service->listen_fd = -1;
+    if (service->lock_fd >= 0) close(service->lock_fd);
+    service->lock_fd = -1;
+}
+
+/* Takes the name's lock and listens on a fresh socket. */
+static pl_status_t pl_listen_on_name(const char *directory, const char *name, pl_service_t *service) {
+    struct sockaddr_un address;
+    if (pl_socket_address(directory, name, &address) != PL_OK) return PL_ERR_INVALID_ARG;
+    size_t lock_size = strlen(directory) + strlen(name) + 8;
+    service->lock_path = malloc(lock_size);
+    service->path = strdup(address.sun_path);
+    if (service->lock_path == NULL || service->path == NULL) return PL_ERR_NO_MEMORY;
+    snprintf(service->lock_path, lock_size, "%s/.%s.lock", directory, name);
+
+    service->lock_fd = open(service->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (service->lock_fd < 0) return pl_system_failure("open");
+    while (flock(service->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK) return PL_ERR_NAME_IN_USE;
+        if (errno != EINTR) return pl_system_failure("flock");
+    }
+    /* The lock is ours: whatever socket is there was left by a process that is gone. */
+    if (unlink(address.sun_path) != 0 && errno != ENOENT) return pl_system_failure("unlink");
+    service->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (service->listen_fd < 0) return pl_system_failure("socket");
+    if (bind(service->listen_fd, (struct sockaddr *)&address, sizeof address) != 0) return pl_system_failure("bind");
+    if (listen(service->listen_fd, 128) != 0) return pl_system_failure("listen");
+    return PL_OK;
+}
+
+pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port_t *port, const pl_policy_t *policy) {
+    if (port == NULL || port->proxy != NULL) return PL_ERR_INVALID_ARG;
+    pl_status_t status = pl_service_name_check(name, NULL);
+    if (status != PL_OK) return status;
+    int activated = -1;
+    if ((status = pl_activation_fd(name, &activated)) != PL_OK) return status;
+    if (activated < 0 && (status = pl_directory_check(directory, true)) != PL_OK) return status;
+    if ((status = pl_transport_start()) != PL_OK) return status;
+
+    pl_service_t *service = calloc(1, sizeof *service);
+    if (service == NULL) return PL_ERR_NO_MEMORY;
+    atomic_init(&service->refs, 1); /* the port's */
+    service->listen_fd = service->lock_fd = -1;
+    service->policy = policy != NULL ? *policy : pl_policy_default();
+    if (activated >= 0) {
+        status = pl_activation_check(activated);
+        if (status == PL_OK) service->listen_fd = activated;
+    } else {
+        status = pl_listen_on_name(directory, name, service);
+    }
+    if (status == PL_OK) {
+        pthread_mutex_lock(&port->lock);
+        if (port->dead || port->service != NULL) status = PL_ERR_INVALID_ARG;
+        else port->service = service;
+        pthread_mutex_unlock(&port->lock);
+    }
+    if (status == PL_OK) {
+        service->port = port;
+        pl_port_retain_internal(port);
+        status = pl_transport_add_service(service);
+        if (status != PL_OK) {
+            pthread_mutex_lock(&port->lock);
+            port->service = NULL;
+            pthread_mutex_unlock(&port->lock);
+        }
+    }
+    if (status != PL_OK) {
+        int saved = errno;
+        if (service->path != NULL && service->listen_fd >= 0 && activated < 0) unlink(service->path);
+        pl_service_release(service);
+        errno = saved;
+    }
+    return status;
+}
+
+/* ---- admitting a peer -------------------------------------------------------------------------------- */
+
+void pl_service_accepted(pl_service_t *service, int fd) {
+    pl_sender_t peer;
+    if (pl_identity_of_peer(fd, &peer) != PL_OK) {
+        close(fd);
+        return;
+    }
+    pl_conn_t *conn = pl_conn_new(fd, true);
+    if (conn == NULL) {
+        close(fd);
+        return;
+    }
+    conn->peer = peer;
+    conn->service = service;
+    atomic_fetch_add_explicit(&service->refs, 1, memory_order_relaxed);
+    if (pl_transport_add_conn(conn) != PL_OK) {
+        pl_conn_teardown(conn, "could not watch the connection");
+        pl_service_release(service);
+        conn->service = NULL;
+        pl_conn_release(conn);
+        return;
+    }
+    service->connections++;
+    uint32_t status = PL_HELLO_WELCOME;
+    if (!pl_policy_admits(&service->policy, peer.uid, peer.gid)) status = PL_HELLO_REFUSED;
+    else if (service->connections > PL_SERVICE_MAX_CONNECTIONS) status = PL_HELLO_FULL;
+    pl_wire_right_t right = { 0 };
+    bool dead = false;
+    if (status == PL_HELLO_WELCOME) {
+        pthread_mutex_lock(&conn->lock);
+        if (pl_conn_export_locked(conn, service->port, &right, &dead) != PL_OK) status = PL_HELLO_FULL;
+        pthread_mutex_unlock(&conn->lock);
+    }
+    pl_conn_write_hello(conn, status, right);
+    if (dead) pl_conn_write_control(conn, PL_FRAME_DEAD, right.handle, 0, 0);
+    if (status != PL_HELLO_WELCOME) pl_transport_kill(conn, "refused");
+    pl_conn_release(conn); /* the transport holds its own */
+}
+
+/* ---- look-up ----------------------------------------------------------------------------------------- */
+
+/* A send right to the service port of a live, welcomed connection (the connection's lock held), or NULL. */
+static pl_port_t *pl_bootstrap_right_locked(pl_conn_t *conn) {
+    if (conn->dead || !conn->hello_received || conn->hello_status != PL_HELLO_WELCOME) return NULL;
+    pl_port_t *proxy = pl_handle_map_get(&conn->imports, conn->bootstrap_handle);
+    if (proxy == NULL) return NULL;
+    pl_port_make_send(proxy);
+    return proxy;
+}
+
+static pl_status_t pl_connect(const struct sockaddr_un *address, int64_t deadline, int *out_fd) {
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return pl_system_failure("socket");
+    for (;;) {
+        if (connect(fd, (const struct sockaddr *)address, sizeof *address) == 0) break;
+        if (errno == EINTR) continue;
+        int error = errno;
+        if (error == EAGAIN && pl_now_ns() < deadline) {
+            /* The service's backlog is full: it is alive and busy. Try again shortly. */
+            struct timespec pause = { .tv_sec = 0, .tv_nsec = 1000000 };
+            nanosleep(&pause, NULL);
+            continue;
+        }
+        close(fd);
+        if (error == ENOENT || error == ECONNREFUSED || error == ENOTDIR) return PL_ERR_UNKNOWN_SERVICE;
+        if (error == EAGAIN) return PL_ERR_TIMED_OUT;
+        errno = error;
+        return pl_system_failure("connect");
+    }
+    *out_fd = fd;
+    return PL_OK;
+}
+
+pl_status_t pl_service_look_up(const char *directory, const char *name, int64_t timeout_ns, pl_port_t **out_right) {
+    if (out_right == NULL || !pl_timeout_valid(timeout_ns)) return PL_ERR_INVALID_ARG;
+    *out_right = NULL;
+    pl_status_t status = pl_service_name_check(name, NULL);
+    if (status != PL_OK) return status;
+    struct sockaddr_un address;
+    if (pl_socket_address(directory, name, &address) != PL_OK) return PL_ERR_INVALID_ARG;
+    if ((status = pl_directory_check(directory, false)) != PL_OK) return status;
+    if ((status = pl_transport_start()) != PL_OK) return status;
+
+    /* A live connection to the same service serves again. */
+    pl_conn_t *conn = pl_transport_find_client(address.sun_path);
+    if (conn != NULL) {
+        pthread_mutex_lock(&conn->lock);
+        *out_right = pl_bootstrap_right_locked(conn);
+        pthread_mutex_unlock(&conn->lock);
+        pl_conn_release(conn);
+        if (*out_right != NULL) return PL_OK;
+    }
+
+    int64_t deadline = pl_deadline_ns(timeout_ns);
+    int fd;
+    if ((status = pl_connect(&address, deadline, &fd)) != PL_OK) return status;
+    pl_sender_t peer;
+    conn = NULL;
+    if ((status = pl_identity_of_peer(fd, &peer)) != PL_OK || (conn = pl_conn_new(fd, false)) == NULL ||
+        (conn->lookup_key = strdup(address.sun_path)) == NULL) {
+        if (status == PL_OK) status = PL_ERR_NO_MEMORY;
+        int saved = errno;
+        if (conn != NULL) pl_conn_release(conn);
+        close(fd);
+        errno = saved;
+        return status;
+    }
+    conn->peer = peer;
+    if ((status = pl_transport_add_conn(conn)) != PL_OK) {
+        int saved = errno;
+        conn->fd = -1;
+        pl_conn_release(conn);
+        close(fd);
+        errno = saved;
+        return status;
+    }
+    pl_conn_write_hello(conn, PL_HELLO_WELCOME, (pl_wire_right_t){ 0 });
+
+    pthread_mutex_lock(&conn->lock);
+    while (!conn->hello_received && !conn->dead && pl_now_ns() < deadline) {
+        pl_cond_wait_until(&conn->changed, &conn->lock, deadline);
+    }
+    if (conn->hello_received) {
+        switch (conn->hello_status) {
+        case PL_HELLO_WELCOME:
+            *out_right = pl_bootstrap_right_locked(conn);
+            status = *out_right != NULL ? PL_OK : PL_ERR_UNKNOWN_SERVICE;
+            break;
+        case PL_HELLO_REFUSED: status = PL_ERR_REFUSED; break;
+        default: status = PL_ERR_NO_SPACE; break;
+        }
+    } else {
+        status = conn->dead ? PL_ERR_UNKNOWN_SERVICE : PL_ERR_TIMED_OUT; /* gone before it said hello */
+    }
+    pthread_mutex_unlock(&conn->lock);
+    if (status != PL_OK) pl_transport_kill(conn, "look-up failed");
+    pl_conn_release(conn); /* the transport holds its own */
+    return status;
+}

@@ -1,0 +1,401 @@
+/*
+ * pl_transport.c — the one thread per process that reads every connection and every service's listening socket.
+ *
+ * It starts with the first check-in or look-up and lives as long as the process. It sleeps in an epoll of its
+ * own; other threads reach it through a command queue and an eventfd (a connection to end, credit to send, a
+ * service to withdraw). Each wake-up reads at most a batch of frames per connection, so that one busy peer
+ * cannot starve the others. Connections it ends are freed at the end of the batch of events, so that a later
+ * event of the same batch never reaches freed memory.
+ */
+#define _GNU_SOURCE /* accept4 */
+#include "pl_remote.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define PL_TAG_WAKE 0u
+#define PL_TAG_CONN 1u
+#define PL_TAG_SERVICE 2u
+#define PL_FRAMES_PER_WAKE 64
+
+typedef enum pl_command_kind {
+    PL_CMD_FLUSH_OWED,
+    PL_CMD_KILL,
+    PL_CMD_WITHDRAW,
+} pl_command_kind_t;
+
+typedef struct pl_command {
+    struct pl_command *next;
+    pl_command_kind_t kind;
+    pl_conn_t *conn;          /* a reference */
+    pl_port_t *port;          /* a memory reference */
+    const char *why;
+} pl_command_t;
+
+static struct {
+    pthread_mutex_t lock;     /* everything below */
+    bool started;
+    int epoll_fd, wake_fd;
+    pl_command_t *head, *tail;
+    bool wake_pending;
+    pl_conn_t *conns;
+    pl_service_t *services;
+    uint32_t connection_count;
+} T = { .lock = PTHREAD_MUTEX_INITIALIZER, .epoll_fd = -1, .wake_fd = -1 };
+
+static void *pl_transport_main(void *unused);
+
+pl_status_t pl_transport_start(void) {
+    pthread_mutex_lock(&T.lock);
+    pl_status_t status = PL_OK;
+    if (!T.started) {
+        int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+        int wake_fd = epoll_fd < 0 ? -1 : eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        struct epoll_event wake = { .events = EPOLLIN, .data.u64 = PL_TAG_WAKE };
+        pthread_t thread;
+        pthread_attr_t attr;
+        int error = 0;
+        if (epoll_fd < 0) {
+            status = pl_system_failure("epoll_create1");
+        } else if (wake_fd < 0) {
+            status = pl_system_failure("eventfd");
+        } else if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &wake) != 0) {
+            status = pl_system_failure("epoll_ctl");
+        } else {
+            T.epoll_fd = epoll_fd;
+            T.wake_fd = wake_fd;
+            pthread_attr_init(&attr);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            error = pthread_create(&thread, &attr, pl_transport_main, NULL);
+            pthread_attr_destroy(&attr);
+            if (error != 0) {
+                errno = error;
+                status = pl_system_failure("pthread_create");
+            }
+        }
+        if (status == PL_OK) {
+            T.started = true;
+        } else {
+            int saved = errno;
+            if (wake_fd >= 0) close(wake_fd);
+            if (epoll_fd >= 0) close(epoll_fd);
+            T.epoll_fd = T.wake_fd = -1;
+            errno = saved;
+        }
+    }
+    pthread_mutex_unlock(&T.lock);
+    return status;
+}
+
+/* ---- commands --------------------------------------------------------------------------------------- */
+
+static void pl_post(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *port, const char *why) {
+    pl_command_t *command = calloc(1, sizeof *command);
+    if (command == NULL) return; /* out of memory: the work is lost, not the process (credit waits for a WANT) */
+    command->kind = kind;
+    command->conn = conn;
+    command->port = port;
+    command->why = why;
+    if (conn != NULL) pl_conn_retain(conn);
+    if (port != NULL) pl_port_retain_internal(port);
+    pthread_mutex_lock(&T.lock);
+    if (T.tail != NULL) T.tail->next = command; else T.head = command;
+    T.tail = command;
+    bool wake = !T.wake_pending;
+    T.wake_pending = true;
+    int fd = T.wake_fd;
+    pthread_mutex_unlock(&T.lock);
+    if (wake && fd >= 0) {
+        uint64_t one = 1;
+        ssize_t n;
+        do { n = write(fd, &one, sizeof one); } while (n < 0 && errno == EINTR);
+    }
+}
+
+void pl_transport_flush_owed(pl_conn_t *conn) { pl_post(PL_CMD_FLUSH_OWED, conn, NULL, NULL); }
+void pl_transport_kill(pl_conn_t *conn, const char *why) { pl_post(PL_CMD_KILL, conn, NULL, why); }
+void pl_transport_port_destroyed(pl_port_t *port) { pl_post(PL_CMD_WITHDRAW, NULL, port, NULL); }
+void pl_transport_reclaim(pl_port_t *port) { pl_remote_reclaim(port); }
+
+/* ---- registration ----------------------------------------------------------------------------------- */
+
+pl_status_t pl_transport_add_conn(pl_conn_t *conn) {
+    struct epoll_event event = { .events = EPOLLIN | EPOLLRDHUP, .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN };
+    pthread_mutex_lock(&T.lock);
+    if (epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, conn->fd, &event) != 0) {
+        pl_status_t status = pl_system_failure("epoll_ctl");
+        pthread_mutex_unlock(&T.lock);
+        return status;
+    }
+    pl_conn_retain(conn);
+    conn->next = T.conns;
+    T.conns = conn;
+    T.connection_count++;
+    pthread_mutex_unlock(&T.lock);
+    return PL_OK;
+}
+
+pl_status_t pl_transport_add_service(pl_service_t *service) {
+    struct epoll_event event = { .events = EPOLLIN, .data.u64 = (uint64_t)(uintptr_t)service | PL_TAG_SERVICE };
+    pthread_mutex_lock(&T.lock);
+    if (epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, service->listen_fd, &event) != 0) {
+        pl_status_t status = pl_system_failure("epoll_ctl");
+        pthread_mutex_unlock(&T.lock);
+        return status;
+    }
+    atomic_fetch_add_explicit(&service->refs, 1, memory_order_relaxed);
+    service->next = T.services;
+    T.services = service;
+    pthread_mutex_unlock(&T.lock);
+    return PL_OK;
+}
+
+void pl_transport_want_writable(pl_conn_t *conn) {
+    struct epoll_event event = { .events = EPOLLIN | EPOLLRDHUP | EPOLLOUT,
+                                 .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN };
+    epoll_ctl(T.epoll_fd, EPOLL_CTL_MOD, conn->fd, &event); /* write_lock held: the descriptor is open */
+}
+
+static void pl_transport_writable_done(pl_conn_t *conn) {
+    pthread_mutex_lock(&conn->write_lock);
+    if (conn->fd >= 0 && !conn->want_writable) {
+        struct epoll_event event = { .events = EPOLLIN | EPOLLRDHUP, .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN };
+        epoll_ctl(T.epoll_fd, EPOLL_CTL_MOD, conn->fd, &event);
+    }
+    pthread_mutex_unlock(&conn->write_lock);
+}
+
+pl_conn_t *pl_transport_find_client(const char *key) {
+    pthread_mutex_lock(&T.lock);
+    pl_conn_t *found = NULL;
+    for (pl_conn_t *conn = T.conns; conn != NULL; conn = conn->next) {
+        if (!conn->accepted && conn->lookup_key != NULL && strcmp(conn->lookup_key, key) == 0) {
+            found = conn;
+            pl_conn_retain(found);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&T.lock);
+    return found;
+}
+
+void pl_remote_stats(uint32_t *out_connections, uint32_t *out_exports, uint32_t *out_imports) {
+    pthread_mutex_lock(&T.lock);
+    uint32_t connections = T.connection_count;
+    pthread_mutex_unlock(&T.lock);
+    if (out_connections != NULL) *out_connections = connections;
+    if (out_exports != NULL) *out_exports = pl_export_total();
+    if (out_imports != NULL) *out_imports = pl_proxy_import_total();
+}
+
+/* ---- ending connections ----------------------------------------------------------------------------- */
+
+/* Connections ended and services withdrawn during a batch of events, freed after it. */
+static pl_conn_t *pl_graveyard;
+static pl_service_t *pl_withdrawn;
+/* Services whose listening socket is out of the epoll while descriptors are short (accept said EMFILE). */
+static pl_service_t *pl_paused[64];
+static uint32_t pl_paused_count;
+
+static void pl_transport_end(pl_conn_t *conn, const char *why) {
+    pthread_mutex_lock(&T.lock);
+    pl_conn_t **link = &T.conns;
+    while (*link != NULL && *link != conn) link = &(*link)->next;
+    bool found = *link != NULL;
+    if (found) {
+        *link = conn->next;
+        T.connection_count--;
+    }
+    pthread_mutex_unlock(&T.lock);
+    if (!found) return; /* ended already */
+    pthread_mutex_lock(&conn->write_lock);
+    if (conn->fd >= 0) epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, conn->fd, NULL);
+    pthread_mutex_unlock(&conn->write_lock);
+    if (conn->service != NULL) conn->service->connections--;
+    pl_conn_teardown(conn, why);
+    conn->next = pl_graveyard;
+    pl_graveyard = conn;
+}
+
+static void pl_bury(void) {
+    while (pl_graveyard != NULL) {
+        pl_conn_t *conn = pl_graveyard;
+        pl_graveyard = conn->next;
+        pl_service_t *service = conn->service;
+        conn->service = NULL;
+        if (service != NULL) pl_service_release(service);
+        pl_conn_release(conn); /* the transport's reference */
+    }
+    while (pl_withdrawn != NULL) {
+        pl_service_t *service = pl_withdrawn;
+        pl_withdrawn = service->next;
+        pl_service_release(service); /* the transport's reference */
+        pl_service_release(service); /* the port's */
+    }
+}
+
+static bool pl_is_withdrawn(const pl_service_t *service) {
+    for (pl_service_t *s = pl_withdrawn; s != NULL; s = s->next) {
+        if (s == service) return true;
+    }
+    return false;
+}
+
+/* Puts paused listeners back: a look now and then until descriptors are free again. */
+static void pl_resume_listeners(void) {
+    for (uint32_t i = 0; i < pl_paused_count; i++) {
+        pl_service_t *service = pl_paused[i];
+        if (!service->withdrawn) {
+            struct epoll_event event = { .events = EPOLLIN, .data.u64 = (uint64_t)(uintptr_t)service | PL_TAG_SERVICE };
+            epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, service->listen_fd, &event);
+        }
+        pl_service_release(service);
+    }
+    pl_paused_count = 0;
+}
+
+/* ---- the loop --------------------------------------------------------------------------------------- */
+
+static void pl_run_commands(void) {
+    uint64_t value;
+    ssize_t ignored = read(T.wake_fd, &value, sizeof value);
+    (void)ignored;
+    pthread_mutex_lock(&T.lock);
+    pl_command_t *command = T.head;
+    T.head = T.tail = NULL;
+    T.wake_pending = false;
+    pthread_mutex_unlock(&T.lock);
+    while (command != NULL) {
+        pl_command_t *next = command->next;
+        switch (command->kind) {
+        case PL_CMD_FLUSH_OWED: pl_conn_flush_owed(command->conn); break;
+        case PL_CMD_KILL: pl_transport_end(command->conn, command->why); break;
+        case PL_CMD_WITHDRAW: {
+            pl_port_t *port = command->port;
+            pthread_mutex_lock(&port->lock);
+            pl_service_t *service = port->service;
+            port->service = NULL;
+            pthread_mutex_unlock(&port->lock);
+            if (service != NULL) {
+                pthread_mutex_lock(&T.lock);
+                pl_service_t **link = &T.services;
+                while (*link != NULL && *link != service) link = &(*link)->next;
+                if (*link != NULL) *link = service->next;
+                pthread_mutex_unlock(&T.lock);
+                epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, service->listen_fd, NULL);
+                pl_service_withdraw(service);
+                service->next = pl_withdrawn;
+                pl_withdrawn = service;
+            }
+            break;
+        }
+        }
+        if (command->conn != NULL) pl_conn_release(command->conn);
+        if (command->port != NULL) pl_port_release_internal(command->port);
+        free(command);
+        command = next;
+    }
+}
+
+static void pl_read_conn(pl_conn_t *conn, uint8_t *buffer) {
+    for (int i = 0; i < PL_FRAMES_PER_WAKE; i++) {
+        union {
+            char bytes[CMSG_SPACE(sizeof(int) * PL_WIRE_MAX_ATTACHMENTS)];
+            struct cmsghdr align;
+        } control;
+        struct iovec iov = { .iov_base = buffer, .iov_len = PL_WIRE_MAX_FRAME };
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,
+                              .msg_controllen = sizeof control.bytes };
+        ssize_t n = recvmsg(conn->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (n <= 0) {
+            pl_transport_end(conn, n == 0 ? "the peer closed the connection" : "the connection broke");
+            return;
+        }
+        /* Descriptors first: whatever happens to the frame, none may leak. */
+        int fds[PL_WIRE_MAX_ATTACHMENTS];
+        uint32_t fd_count = 0;
+        bool extra_fds = false;
+        for (struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg); cmsg != NULL; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
+            if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
+            size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            const unsigned char *data = CMSG_DATA(cmsg);
+            for (size_t k = 0; k < count; k++) {
+                int fd;
+                memcpy(&fd, data + k * sizeof fd, sizeof fd);
+                if (fd_count < PL_WIRE_MAX_ATTACHMENTS) fds[fd_count++] = fd;
+                else { close(fd); extra_fds = true; }
+            }
+        }
+        const char *reason = NULL;
+        if (msg.msg_flags & MSG_CTRUNC) reason = "frame: descriptors cut off";
+        else if (msg.msg_flags & MSG_TRUNC) reason = "frame: over the largest frame";
+        else if (extra_fds) reason = "frame: too many descriptors";
+        if (reason != NULL) {
+            for (uint32_t k = 0; k < fd_count; k++) close(fds[k]);
+        } else if (pl_conn_receive_frame(conn, buffer, (size_t)n, fds, fd_count, &reason)) {
+            continue;
+        }
+        pl_transport_end(conn, reason);
+        return;
+    }
+}
+
+static void pl_accept_on(pl_service_t *service) {
+    for (int i = 0; i < 16; i++) {
+        int fd = accept4(service->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            pl_service_accepted(service, fd);
+            continue;
+        }
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if ((errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) &&
+            pl_paused_count < sizeof pl_paused / sizeof pl_paused[0]) {
+            /* The backlog keeps the peer waiting; the listener, level-triggered, would wake us at once again. */
+            epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, service->listen_fd, NULL);
+            atomic_fetch_add_explicit(&service->refs, 1, memory_order_relaxed);
+            pl_paused[pl_paused_count++] = service;
+        }
+        return; /* EAGAIN: done */
+    }
+}
+
+static void *pl_transport_main(void *unused) {
+    (void)unused;
+    pl_thread_set_name("portloop-ipc");
+    uint8_t *buffer = malloc(PL_WIRE_MAX_FRAME);
+    struct epoll_event events[64];
+    for (;;) {
+        int n = epoll_wait(T.epoll_fd, events, 64, buffer == NULL || pl_paused_count > 0 ? 100 : -1);
+        pl_resume_listeners();
+        if (buffer == NULL) { buffer = malloc(PL_WIRE_MAX_FRAME); continue; }
+        for (int i = 0; i < n; i++) {
+            uint64_t data = events[i].data.u64;
+            uint32_t tag = (uint32_t)(data & 7u);
+            void *object = (void *)(uintptr_t)(data & ~(uint64_t)7u);
+            if (tag == PL_TAG_WAKE) {
+                pl_run_commands();
+            } else if (tag == PL_TAG_SERVICE) {
+                if (!pl_is_withdrawn(object)) pl_accept_on(object);
+            } else {
+                pl_conn_t *conn = object;
+                bool ended = false;
+                for (pl_conn_t *g = pl_graveyard; g != NULL; g = g->next) ended = ended || g == conn;
+                if (ended) continue;
+                if (events[i].events & EPOLLOUT) {
+                    pl_conn_flush_outgoing(conn);
+                    pl_transport_writable_done(conn);
+                }
+                if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) pl_read_conn(conn, buffer);
+            }
+        }
+        pl_bury();
+    }
+    return NULL;
+}

@@ -1,0 +1,128 @@
+/*
+ * pl_wire.h — the frames two processes exchange over a connection's SOCK_SEQPACKET socket. Not public API.
+ *
+ * One frame is one packet. Integers are fixed-width little-endian. Every frame starts with an 8-byte header
+ * (type, flags, a reserved zero, the frame's length, which must equal the packet's). The first frame in each
+ * direction is HELLO (magic, version; the service's carries the service port's right and its status). After
+ * it: MESSAGE (a port message or a fragment of one), and the control frames that keep rights and queue room
+ * in step (CREDIT, WANT, RECLAIM, RETURN, RELEASE, DEAD). The whole layout, with the reasons, is in the
+ * documentation's "The wire" article.
+ *
+ * Rights are named by handles: small numbers that the port's owner gave out on this connection, valid on it
+ * only. Descriptors travel as SCM_RIGHTS beside the packet and are named by their index there.
+ *
+ * The decoder takes untrusted bytes: it checks every length, count, kind, index and reserved field before it
+ * trusts any of them, and it never allocates. What it cannot judge alone (whether a handle was given out,
+ * whether credit was held) the connection checks.
+ */
+#ifndef PL_WIRE_H
+#define PL_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PL_WIRE_MAGIC 0x50494c50u      /* the bytes "PLIP" */
+#define PL_WIRE_VERSION 1u
+#define PL_WIRE_MAX_FRAME 65536u       /* largest frame either side sends or accepts, header included */
+#define PL_WIRE_MAX_ATTACHMENTS 64u    /* rights and descriptors per message, the reply right not counted */
+#define PL_WIRE_HEADER_SIZE 8u
+#define PL_WIRE_HELLO_SIZE (PL_WIRE_HEADER_SIZE + 28u)
+#define PL_WIRE_RIGHT_SIZE 16u
+#define PL_WIRE_MESSAGE_FIXED (PL_WIRE_HEADER_SIZE + 28u)
+
+typedef enum pl_frame_type {
+    PL_FRAME_HELLO = 1,    /* version and limits; from a service, also its port's right or why it refuses */
+    PL_FRAME_MESSAGE = 2,  /* a message for a port of the receiver, or the next fragment of one */
+    PL_FRAME_CREDIT = 3,   /* owner → holder: you may send `count` more messages to `handle` */
+    PL_FRAME_WANT = 4,     /* holder → owner: I have no credit for `handle` (flag WAIT: I am waiting for some) */
+    PL_FRAME_RECLAIM = 5,  /* owner → holder: give back the credit for `handle` you are not using */
+    PL_FRAME_RETURN = 6,   /* holder → owner: `count` credits for `handle` given back */
+    PL_FRAME_RELEASE = 7,  /* holder → owner: I dropped `handle` after receiving it `transfers` times */
+    PL_FRAME_DEAD = 8,     /* owner → holder: the port of `handle` was destroyed */
+} pl_frame_type_t;
+
+/* MESSAGE flags */
+#define PL_FRAME_MORE 0x01u            /* more fragments of this message follow */
+/* WANT flags */
+#define PL_WANT_WAIT 0x01u             /* the sender waits: grant credit when room appears */
+
+/* HELLO status (from the service; a client sends 0) */
+#define PL_HELLO_WELCOME 0u
+#define PL_HELLO_REFUSED 1u            /* the service's policy does not admit the peer's credentials */
+#define PL_HELLO_FULL 2u               /* the service has as many connections as its limit allows */
+
+/* What a right reference names. */
+typedef enum pl_right_kind {
+    PL_RIGHT_NONE = 0,
+    PL_RIGHT_SENDERS = 1,  /* a send right to a port of the frame's sender (a handle in the sender's exports) */
+    PL_RIGHT_YOURS = 2,    /* a send right to a port of the frame's receiver (a handle the receiver gave out) */
+    PL_RIGHT_FD = 3,       /* a descriptor: `handle` is its index among the packet's SCM_RIGHTS */
+} pl_right_kind_t;
+
+typedef struct pl_wire_right {
+    uint8_t kind;          /* pl_right_kind_t */
+    uint32_t handle;       /* or the descriptor's index */
+    uint32_t credits;      /* PL_RIGHT_SENDERS: messages the receiver may send on it before asking */
+    uint32_t max_size;     /* PL_RIGHT_SENDERS: the port's maximum payload size */
+} pl_wire_right_t;
+
+typedef struct pl_wire_hello {
+    uint32_t magic, version, status;
+    uint32_t max_frame;
+    pl_wire_right_t bootstrap; /* from a service: the service port's right (kind PL_RIGHT_SENDERS) */
+} pl_wire_hello_t;
+
+typedef struct pl_wire_message {
+    uint32_t dest;         /* a handle the receiver gave out */
+    int32_t id;
+    uint32_t total_size;   /* the whole payload's size */
+    uint32_t offset;       /* where this fragment's bytes go; 0 in the first */
+    uint32_t attachment_count, fd_count; /* first fragment only */
+    uint32_t credit_handle, credit_count; /* credit for a port of the sender, carried along (0, 0: none) */
+    pl_wire_right_t reply; /* first fragment only */
+    const uint8_t *attachments;  /* attachment_count encoded rights; pl_wire_right_at reads one */
+    const uint8_t *bytes;  /* this fragment's payload bytes */
+    uint32_t byte_count;
+} pl_wire_message_t;
+
+typedef struct pl_wire_frame {
+    uint8_t type, flags;
+    union {
+        pl_wire_hello_t hello;
+        pl_wire_message_t message;
+        struct { uint32_t handle, count, flags, transfers; } control; /* CREDIT, WANT, RECLAIM, RETURN, RELEASE, DEAD */
+    } u;
+} pl_wire_frame_t;
+
+/*
+ * Decodes one received packet of `length` bytes that came with `fd_count` descriptors. Returns true and fills
+ * `frame` when every field is well formed; false with a short static reason (e.g. "length mismatch") otherwise.
+ * `frame` points into `packet`.
+ */
+bool pl_wire_decode(const uint8_t *packet, size_t length, uint32_t fd_count, pl_wire_frame_t *frame,
+                    const char **reason);
+
+/* The i-th attachment of a decoded message (i < attachment_count; validated by pl_wire_decode). */
+pl_wire_right_t pl_wire_right_at(const pl_wire_message_t *message, uint32_t i);
+
+/* ---- encoding: each writes a whole frame into `out` (sized by the caller) and returns its length ---- */
+
+size_t pl_wire_encode_hello(uint8_t *out, uint32_t status, pl_wire_right_t bootstrap);
+size_t pl_wire_encode_control(uint8_t *out, pl_frame_type_t type, uint32_t handle, uint32_t count_or_flags,
+                              uint32_t transfers);
+
+/* The message header and its rights; the caller appends `byte_count` payload bytes at the returned length.
+ * `attachments` may be NULL when attachment_count is 0. */
+size_t pl_wire_encode_message_head(uint8_t *out, uint8_t flags, const pl_wire_message_t *message,
+                                   const pl_wire_right_t *attachments, uint32_t byte_count);
+
+/* Room for the payload in a first fragment with this many attachments, and in a later one. */
+static inline uint32_t pl_wire_first_fragment_room(uint32_t attachment_count) {
+    return PL_WIRE_MAX_FRAME - PL_WIRE_MESSAGE_FIXED - PL_WIRE_RIGHT_SIZE * (1u + attachment_count);
+}
+static inline uint32_t pl_wire_next_fragment_room(void) {
+    return PL_WIRE_MAX_FRAME - PL_WIRE_MESSAGE_FIXED - PL_WIRE_RIGHT_SIZE;
+}
+
+#endif /* PL_WIRE_H */

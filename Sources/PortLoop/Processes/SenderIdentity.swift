@@ -1,0 +1,55 @@
+import CPortLoop
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Who sent a message: what Mach's audit trailer (`audit_token_t`, `MACH_RCV_TRAILER_AUDIT`) tells a receiver.
+///
+/// A message sent by a thread of this process says so (``isCurrentProcess``). A message that came from another
+/// process carries the credentials that process had when it connected (`SO_PEERCRED`), and, where the kernel
+/// gives one (`SO_PEERPIDFD`), an identifier that names that process alone for as long as the system runs: a
+/// pid can be reused once its process is gone, ``uniqueProcessID`` cannot.
+public struct SenderIdentity: Hashable, Sendable, CustomStringConvertible {
+    /// The sending process's id (`audit_token_to_pid`).
+    public let processID: Int32
+    /// Its effective user id (`audit_token_to_euid`).
+    public let userID: UInt32
+    /// Its effective group id (`audit_token_to_egid`).
+    public let groupID: UInt32
+    /// The inode number of the sender's pidfd (`audit_token_to_pidversion` plays this part on Darwin): unique
+    /// among all processes since boot. 0 when the kernel cannot tell, and for this process.
+    public let uniqueProcessID: UInt64
+    /// Whether a thread of this process sent the message.
+    public let isCurrentProcess: Bool
+
+    /// This process, as the sender of its own messages.
+    public static var currentProcess: SenderIdentity {
+        SenderIdentity(processID: getpid(), userID: geteuid(), groupID: getegid(), uniqueProcessID: 0,
+                       isCurrentProcess: true)
+    }
+
+    init(processID: Int32, userID: UInt32, groupID: UInt32, uniqueProcessID: UInt64, isCurrentProcess: Bool) {
+        self.processID = processID
+        self.userID = userID
+        self.groupID = groupID
+        self.uniqueProcessID = uniqueProcessID
+        self.isCurrentProcess = isCurrentProcess
+    }
+
+    /// The C layer's sender: pid 0 stands for this process.
+    init(_ sender: pl_sender_t) {
+        if sender.pid == 0 {
+            self = .currentProcess
+        } else {
+            self.init(processID: sender.pid, userID: sender.uid, groupID: sender.gid,
+                      uniqueProcessID: sender.process_id, isCurrentProcess: false)
+        }
+    }
+
+    public var description: String {
+        isCurrentProcess ? "this process (pid \(processID))"
+            : "pid \(processID) uid \(userID) gid \(groupID)" + (uniqueProcessID != 0 ? " #\(uniqueProcessID)" : "")
+    }
+}
