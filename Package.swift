@@ -68,9 +68,14 @@ let package = Package(
             name: "PortLoopResourceCheck",
             dependencies: ["PortLoop"]
         ),
+        // A child process for the cross-process tests: a service or a client, in a namespace the test names.
+        .executableTarget(
+            name: "PortLoopIPCPeer",
+            dependencies: ["PortLoop"]
+        ),
         .testTarget(
             name: "PortLoopTests",
-            dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopAsyncMainCheck", "PortLoopResourceCheck", "PortLoopEchoDaemon",
+            dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopIPCPeer", "PortLoopAsyncMainCheck", "PortLoopResourceCheck", "PortLoopEchoDaemon",
                            "PortLoopDemo", "PortLoopServiceLifecycle",
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
         ),

@@ -80,7 +80,7 @@ pl_status_t pl_conn_export_locked(pl_conn_t *conn, pl_port_t *port, pl_wire_righ
         }
         e->handle = conn->next_handle++;
         e->port = port;
-        pl_port_retain_internal(port);
+        pl_port_make_send(port); /* the peer's rights count as one of the port's send rights */
         e->conn = conn;
         pl_conn_retain(conn);
         atomic_init(&e->owed, 0);
@@ -133,7 +133,7 @@ void pl_export_drop(pl_export_t *e) {
         }
     }
     pthread_mutex_unlock(&conn->owed_lock);
-    pl_port_release_internal(port);
+    pl_port_release_send(port); /* may tell a receiver that no sender is left */
     pl_conn_release(conn);
     free(e);
     atomic_fetch_sub_explicit(&pl_export_count, 1, memory_order_relaxed);

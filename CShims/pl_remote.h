@@ -67,7 +67,7 @@ pl_attachments_t *pl_attachments_new(uint32_t count);
 /* ---- exports: a local port whose send rights a peer holds ---- */
 
 typedef struct pl_export {
-    pl_port_t *port;          /* a memory reference */
+    pl_port_t *port;          /* a send right: the peer's rights, however many, count as one */
     pl_conn_t *conn;
     uint32_t handle;
     /* the connection's lock: */

@@ -63,17 +63,21 @@ pl_status_t pl_namespace_default(char *out, size_t capacity) {
     return PL_OK;
 }
 
-/* The directory must be ours and closed to everyone else, or a squatter could stand in for a service. */
+/* A squatter must not be able to stand in for a service. Checking in, the directory must be ours and closed to
+ * everyone else (0700). Looking up, it must be ours or root's (a system-wide namespace, such as one systemd
+ * makes for socket-activated services) and writable by nobody else. */
 static pl_status_t pl_directory_check(const char *directory, bool create) {
     if (directory == NULL || directory[0] != '/' || strlen(directory) > PL_NAMESPACE_PATH_MAX) return PL_ERR_INVALID_ARG;
     if (create && mkdir(directory, 0700) != 0 && errno != EEXIST) return pl_system_failure("mkdir");
     struct stat st;
     if (lstat(directory, &st) != 0) {
-        if (errno == ENOENT && !create) return PL_ERR_UNKNOWN_SERVICE;
+        if ((errno == ENOENT || errno == ENOTDIR) && !create) return PL_ERR_UNKNOWN_SERVICE;
+        if (errno == EACCES) return PL_ERR_REFUSED;
         return pl_system_failure("lstat");
     }
-    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) return PL_ERR_REFUSED;
-    return PL_OK;
+    if (!S_ISDIR(st.st_mode)) return PL_ERR_REFUSED;
+    if (create) return st.st_uid == geteuid() && (st.st_mode & 077) == 0 ? PL_OK : PL_ERR_REFUSED;
+    return (st.st_uid == geteuid() || st.st_uid == 0) && (st.st_mode & 022) == 0 ? PL_OK : PL_ERR_REFUSED;
 }
 
 static pl_status_t pl_socket_address(const char *directory, const char *name, struct sockaddr_un *address) {
@@ -269,7 +273,7 @@ void pl_service_accepted(pl_service_t *service, int fd) {
 static pl_port_t *pl_bootstrap_right_locked(pl_conn_t *conn) {
     if (conn->dead || !conn->hello_received || conn->hello_status != PL_HELLO_WELCOME) return NULL;
     pl_port_t *proxy = pl_handle_map_get(&conn->imports, conn->bootstrap_handle);
-    if (proxy == NULL) return NULL;
+    if (proxy == NULL || !pl_port_is_alive(proxy)) return NULL; /* withdrawn: look again */
     pl_port_make_send(proxy);
     return proxy;
 }
@@ -289,6 +293,7 @@ static pl_status_t pl_connect(const struct sockaddr_un *address, int64_t deadlin
         }
         close(fd);
         if (error == ENOENT || error == ECONNREFUSED || error == ENOTDIR) return PL_ERR_UNKNOWN_SERVICE;
+        if (error == EACCES || error == EPERM) return PL_ERR_REFUSED;
         if (error == EAGAIN) return PL_ERR_TIMED_OUT;
         errno = error;
         return pl_system_failure("connect");

@@ -27,7 +27,9 @@ extension PortSendRight {
     ///   - maxReplySize: the largest reply payload accepted.
     /// - Returns: the reply; its ``ReceivedMessage/arrivalPort`` is the request's reply port.
     /// - Throws: ``PortError/timedOut`` (no room, or no reply in time), ``PortError/invalidDestination``
-    ///   (the destination is destroyed), ``PortError/tooLarge(size:limit:)`` (the request is larger than the
+    ///   (the destination is destroyed, before or while waiting: its process died, say),
+    ///   ``PortError/noReply`` (the replier released the reply right without answering: as soon as it did),
+    ///   ``PortError/tooLarge(size:limit:)`` (the request is larger than the
     ///   destination takes, or the reply larger than `maxReplySize`: then with the reply's size, as soon as it
     ///   arrives), ``PortError/calledOnLoopThread`` (called on the thread whose run loop serves the destination
     ///   with a ``RunLoopPortSource``: the reply could only come after this call returned; nothing is sent),
@@ -44,7 +46,16 @@ extension PortSendRight {
         // One reply is expected: a queue of one holds it, and a second reply from a confused replier fails
         // at its end instead of waiting here.
         let replies = try PortReceiveRight(queueLimit: 1, maxMessageSize: PortReceiveRight.maxMessageSizeLimit)
-        try send(id: id, bytes: bytes, replyPort: replies.makeSendRight(), timeout: timeout)
+        // When the replier lets go of the reply right without answering (or its process dies), the receive
+        // below ends at once with noReply: nothing else can come. The message holds the only send right.
+        pl_port_set_no_senders_wakes(replies.port, 1)
+        let status = bytes.withUnsafeBytes { raw in
+            pl_port_send(port, id, raw.baseAddress, raw.count, replies.port, total)
+        }
+        if status == PL_ERR_INVALID_ARG {
+            throw .invalidArgument(argument: "replyPort", reason: "rejected by the port layer")
+        }
+        try PortError.check(status, operation: "request", size: bytes.count, limit: Int(pl_port_get_max_msg_size(port)))
 
         let remaining: PortTimeout
         switch total {
@@ -52,7 +63,11 @@ extension PortSendRight {
         case PL_TIMEOUT_FOREVER: remaining = .forever
         default: remaining = .after(.nanoseconds(max(0, deadline - monotonicNanoseconds())))
         }
-        return try replies.receive(timeout: remaining, maxSize: maxReplySize)
+        do {
+            return try replies.receive(timeout: remaining, maxSize: maxReplySize)
+        } catch .noReply where isDeadName {
+            throw .invalidDestination // the destination died, taking the reply right with it
+        }
         // `replies` is destroyed here: a reply still on its way finds a dead name.
     }
 }

@@ -1,0 +1,186 @@
+// A child process for the cross-process tests: a service or a client of one, in a namespace the test names.
+// DIR "-" stands for PortNamespace.standard. It prints `ready <pid>` once it can be reached (or has its right), then one line per result, and exits 0 on
+// success or 1 with `fail <why>`. Roles:
+//
+//   serve DIR NAME [QLIMIT] [--paused] [--activated]
+//       checks NAME in and serves it on the main run loop. Message ids: 1 echo (reply: the payload);
+//       2 call back (the first attachment is a send right: a message id 3 with the payload goes to it, then the
+//       echo); 4 read a descriptor (the first attachment: reply with the bytes read from it); 5 who am I (reply:
+//       "pid uid gid unique" of the sender); 6 no reply (the reply right is dropped); 8 record (reply: nothing,
+//       and the payload "pid thread seq" is checked for per-sender order; mismatches make id 9 fail);
+//       9 report (reply: "received N" or "order broken ..."); 10 stop (the loop stops and the process exits 0).
+//       --paused: the loop starts only when a line arrives on stdin. --activated: LISTEN_PID is this process
+//       (a test's stand-in for systemd, which sets it after fork).
+//   client DIR NAME THREADS COUNT
+//       looks NAME up; THREADS threads each send COUNT messages id 8 with payload "pid thread seq", waiting
+//       forever for room; prints `sent N` when all are sent.
+//   hold DIR NAME
+//       looks NAME up and sends it a message id 2 carrying a send right to a port of its own, which it never
+//       reads; then waits for ever (the test kills it).
+//   lookup DIR NAME [--as-nobody]
+//       looks NAME up and prints `ok` or `error <PortError>`; --as-nobody first drops to uid/gid 65534.
+//   request DIR NAME ID TEXT
+//       looks NAME up, makes one request and prints `reply <id> <text>` or `error <PortError>`.
+import Foundation
+import PortLoop
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Writes a line to standard output at once (the test reads lines as they come).
+func say(_ line: String) {
+    let bytes = Array((line + "\n").utf8)
+    _ = bytes.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+}
+
+func fail(_ why: String) -> Never {
+    say("fail \(why)")
+    exit(1)
+}
+
+func text(_ bytes: [UInt8]) -> String { String(decoding: bytes, as: UTF8.self) }
+
+var arguments = Array(CommandLine.arguments.dropFirst())
+let flags = Set(arguments.filter { $0.hasPrefix("--") })
+arguments.removeAll { $0.hasPrefix("--") }
+guard arguments.count >= 3 else { fail("usage: ROLE DIR NAME ...") }
+let role = arguments[0]
+// "-": the standard namespace (PORTLOOP_NAMESPACE, XDG_RUNTIME_DIR or /tmp).
+let namespace: PortNamespace
+if arguments[1] == "-" {
+    do { namespace = try PortNamespace.standard } catch { fail("standard namespace: \(error)") }
+} else {
+    namespace = PortNamespace(path: arguments[1])
+}
+let name = arguments[2]
+
+switch role {
+case "serve":
+    if flags.contains("--activated") { setenv("LISTEN_PID", "\(getpid())", 1) }
+    let queueLimit = arguments.count > 3 ? Int(arguments[3]) ?? 64 : 64
+    let port: PortReceiveRight
+    do { port = try namespace.checkIn(name, queueLimit: queueLimit) } catch { fail("checkIn: \(error)") }
+    nonisolated(unsafe) var lastSeq: [String: Int] = [:]
+    nonisolated(unsafe) var received = 0
+    nonisolated(unsafe) var broken: String?
+    let loop = PortRunLoop.current
+    let source = RunLoopPortSource(port: port) { message in
+        switch message.id {
+        case 1:
+            return PortReply(id: 101, bytes: message.payload)
+        case 2:
+            if case let .sendRight(back)? = message.attachments.first {
+                try? back.send(id: 3, bytes: message.payload, timeout: .poll)
+            }
+            return PortReply(id: 102, bytes: message.payload)
+        case 4:
+            guard case let .fileDescriptor(descriptor)? = message.attachments.first, let fd = descriptor.take() else {
+                return PortReply(id: 104, bytes: Array("no descriptor".utf8))
+            }
+            var buffer = [UInt8](repeating: 0, count: 256)
+            let n = read(fd, &buffer, buffer.count)
+            close(fd)
+            return PortReply(id: 104, bytes: Array(buffer.prefix(max(0, n))))
+        case 5:
+            let s = message.sender
+            return PortReply(id: 105, bytes: Array("\(s.processID) \(s.userID) \(s.groupID) \(s.uniqueProcessID)".utf8))
+        case 6:
+            return nil
+        case 8:
+            received += 1
+            let parts = text(message.payload).split(separator: " ")
+            if parts.count == 3, let seq = Int(parts[2]) {
+                let key = "\(parts[0]) \(parts[1])"
+                if seq != (lastSeq[key] ?? -1) + 1, broken == nil { broken = "\(key): \(seq) after \(lastSeq[key] ?? -1)" }
+                lastSeq[key] = seq
+            } else if broken == nil {
+                broken = "bad payload"
+            }
+            return nil
+        case 9:
+            let keys = lastSeq.keys.sorted().map { "\($0)=\(lastSeq[$0]!)" }.joined(separator: ",")
+            return PortReply(id: 109, bytes: Array((broken.map { "order broken \($0)" } ?? "received \(received) \(keys)").utf8))
+        case 10:
+            loop.stop()
+            return PortReply(id: 110)
+        default:
+            return PortReply(id: 199)
+        }
+    }
+    do { try loop.add(source, mode: .default) } catch { fail("add: \(error)") }
+    say("ready \(getpid())")
+    if flags.contains("--paused") { _ = readLine() }
+    while true {
+        let result = loop.run(mode: .default, timeout: .seconds(3600))
+        if result == .stopped { break }
+    }
+    exit(0)
+
+case "client":
+    guard arguments.count == 5, let threads = Int(arguments[3]), let count = Int(arguments[4]) else { fail("usage") }
+    let service: PortSendRight
+    do { service = try namespace.lookUp(name) } catch { fail("lookUp: \(error)") }
+    say("ready \(getpid())")
+    let group = DispatchGroup()
+    let pid = getpid()
+    nonisolated(unsafe) var failures: [String] = []
+    let lock = NSLock()
+    for thread in 0..<threads {
+        group.enter()
+        Thread.detachNewThread {
+            for seq in 0..<count {
+                do {
+                    try service.send(id: 8, bytes: Array("\(pid) \(thread) \(seq)".utf8))
+                } catch {
+                    lock.lock(); failures.append("\(thread)/\(seq): \(error)"); lock.unlock()
+                    break
+                }
+            }
+            group.leave()
+        }
+    }
+    group.wait()
+    if let first = failures.first { fail("send \(first)") }
+    say("sent \(threads * count)")
+    exit(0)
+
+case "hold":
+    let service: PortSendRight
+    do { service = try namespace.lookUp(name) } catch { fail("lookUp: \(error)") }
+    let mine: PortReceiveRight
+    do { mine = try PortReceiveRight(queueLimit: 1) } catch { fail("port: \(error)") }
+    do {
+        let reply = try service.request(id: 2, bytes: Array("hold".utf8), timeout: .seconds(10))
+        _ = reply
+        try service.send(id: 2, bytes: Array("held".utf8), attachments: [.sendRight(mine.makeSendRight())],
+                         timeout: .seconds(10))
+    } catch { fail("send: \(error)") }
+    say("ready \(getpid())")
+    while true { sleep(3600) }
+
+case "lookup":
+    if flags.contains("--as-nobody") {
+        guard setgroups(0, nil) == 0, setgid(65534) == 0, setuid(65534) == 0 else { fail("cannot drop to nobody") }
+    }
+    do {
+        _ = try namespace.lookUp(name, timeout: .seconds(5))
+        say("ok")
+    } catch {
+        say("error \(error)")
+    }
+    exit(0)
+
+case "request":
+    guard arguments.count == 5, let id = Int32(arguments[3]) else { fail("usage") }
+    do {
+        let service = try namespace.lookUp(name)
+        let reply = try service.request(id: id, bytes: Array(arguments[4].utf8), timeout: .seconds(10))
+        say("reply \(reply.id) \(text(reply.payload))")
+    } catch {
+        say("error \(error)")
+    }
+    exit(0)
+
+default:
+    fail("unknown role \(role)")
+}
