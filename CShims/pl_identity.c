@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #ifndef SO_PEERPIDFD
@@ -33,6 +34,15 @@ pl_status_t pl_identity_of_peer(int fd, pl_sender_t *out) {
         close(pidfd);
     }
     return PL_OK;
+}
+
+uint64_t pl_process_unique_id(int32_t pid) {
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd < 0) return 0;
+    struct stat st;
+    uint64_t id = fstat(pidfd, &st) == 0 ? (uint64_t)st.st_ino : 0;
+    close(pidfd);
+    return id;
 }
 
 pl_policy_t pl_policy_default(void) {

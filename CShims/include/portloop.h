@@ -442,6 +442,10 @@ pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port
  */
 pl_status_t pl_service_look_up(const char *directory, const char *name, int64_t timeout_ns, pl_port_t **out_right);
 
+/** The unique id of a live process (the inode of a pidfd for it, as pl_sender_t's process_id), or 0 when the
+ *  process is gone or the kernel has no pidfs. */
+uint64_t pl_process_unique_id(int32_t pid);
+
 /** Whether the right is a proxy for a port of another process. */
 int pl_port_is_remote(const pl_port_t *port);
 

@@ -2,7 +2,7 @@
 // DIR "-" stands for PortNamespace.standard. It prints `ready <pid>` once it can be reached (or has its right), then one line per result, and exits 0 on
 // success or 1 with `fail <why>`. Roles:
 //
-//   serve DIR NAME [QLIMIT] [--paused] [--activated]
+//   serve DIR NAME [QLIMIT [MAXSIZE]] [--paused] [--activated]
 //       checks NAME in and serves it on the main run loop. Message ids: 1 echo (reply: the payload);
 //       2 call back (the first attachment is a send right: a message id 3 with the payload goes to it, then the
 //       echo); 4 read a descriptor (the first attachment: reply with the bytes read from it); 5 who am I (reply:
@@ -58,8 +58,9 @@ switch role {
 case "serve":
     if flags.contains("--activated") { setenv("LISTEN_PID", "\(getpid())", 1) }
     let queueLimit = arguments.count > 3 ? Int(arguments[3]) ?? 64 : 64
+    let maxSize = arguments.count > 4 ? Int(arguments[4]) ?? 65536 : 65536
     let port: PortReceiveRight
-    do { port = try namespace.checkIn(name, queueLimit: queueLimit) } catch { fail("checkIn: \(error)") }
+    do { port = try namespace.checkIn(name, queueLimit: queueLimit, maxMessageSize: maxSize) } catch { fail("checkIn: \(error)") }
     nonisolated(unsafe) var lastSeq: [String: Int] = [:]
     nonisolated(unsafe) var received = 0
     nonisolated(unsafe) var broken: String?

@@ -38,6 +38,14 @@ public struct SenderIdentity: Hashable, Sendable, CustomStringConvertible {
         self.isCurrentProcess = isCurrentProcess
     }
 
+    /// The unique id of the live process `pid`, as ``uniqueProcessID`` reports it for a sender (the inode of a
+    /// pidfd opened for it, `pidfd_open`); nil when no such process lives or the kernel cannot tell. A service that
+    /// knows a client by pid compares the two to be sure it is still the same process.
+    public static func uniqueProcessID(of pid: Int32) -> UInt64? {
+        let id = pl_process_unique_id(pid)
+        return id == 0 ? nil : id
+    }
+
     /// The C layer's sender: pid 0 stands for this process.
     init(_ sender: pl_sender_t) {
         if sender.pid == 0 {
