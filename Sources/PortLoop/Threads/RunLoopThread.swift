@@ -174,12 +174,13 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
         if loop.isCurrent {
             outcome = Result { () throws(Failure) -> Value in try task() }
         } else {
-            outcome = await loop.performAndResume(inModes: core.taskModes, isolation: isolation, task)
+            do { outcome = try await loop.performAndResume(inModes: core.taskModes, isolation: isolation, task) }
+            catch { throw .stopped } // refused: the thread has exited, as execute(_:) reports it
         }
         switch outcome {
         case let .success(value)?: return value
         case let .failure(error)?: throw .failed(error)
-        case nil: throw .stopped // refused, or dropped unrun: the thread exited
+        case nil: throw .stopped // dropped unrun: the thread exited
         }
     }
 
