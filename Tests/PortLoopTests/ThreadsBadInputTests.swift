@@ -74,6 +74,18 @@ struct ThreadsBadInputTests {
         #expect(!ran.current)
     }
 
+    @Test("a loop thread for the common-modes marker is refused with invalidArgument, and no thread starts")
+    func commonModeThread() throws {
+        #expect(throws: PortError.invalidArgument(argument: "mode",
+                                                  reason: "kCFRunLoopCommonModes is the common-modes marker, not a mode a loop can run")) {
+            _ = try RunLoopThread(name: "common", mode: .common)
+        }
+        // Any real mode is fine, a common one included.
+        let thread = try RunLoopThread(name: "default", mode: .default)
+        #expect(try thread.executeAndWait { PortRunLoop.current.currentModeName } == .default)
+        thread.stop()
+    }
+
     @Test("a stopped loop thread refuses tasks with a typed error")
     func stoppedLoopThread() throws {
         let thread = try RunLoopThread()

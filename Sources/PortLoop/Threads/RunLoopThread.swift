@@ -38,10 +38,15 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
     /// - Parameters:
     ///   - name: the thread's name, shown by debuggers and `top -H`.
     ///   - mode: the mode the thread runs; the default mode by default. Tasks run in the common modes and in
-    ///     this one.
-    /// - Throws: ``PortError/systemCallFailed(call:errno:)`` if the thread cannot be created, or the port
-    ///   layer's error if the keep-alive port or the loop's port set cannot be.
+    ///     this one. Not `.common`: that is a marker for the set of common modes, not a mode a loop can run
+    ///     (`CFRunLoopRunInMode(kCFRunLoopCommonModes, …)` returns at once).
+    /// - Throws: ``PortError/invalidArgument(argument:reason:)`` for `.common` (no thread is started),
+    ///   ``PortError/systemCallFailed(call:errno:)`` if the thread cannot be created, or the port layer's
+    ///   error if the keep-alive port or the loop's port set cannot be.
     public convenience init(name: String = "RunLoopThread", mode: PortRunLoop.Mode = .default) throws(PortError) {
+        guard mode != .common else {
+            throw .invalidArgument(argument: "mode", reason: "\(mode) is the common-modes marker, not a mode a loop can run")
+        }
         try self.init(name: name, mode: mode) { loop, isStopped in
             while !isStopped() {
                 // `finished` would mean the keep-alive source is gone and the mode is empty; running again
@@ -80,7 +85,7 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
     private init(name: String, mode: PortRunLoop.Mode,
                  body runBody: @escaping @Sendable (PortRunLoop, @escaping @Sendable () -> Bool) -> Void) throws(PortError) {
         self.name = name
-        core = Core(taskModes: mode == .default || mode == .common ? [.common] : [.common, mode])
+        core = Core(taskModes: mode == .default ? [.common] : [.common, mode])
         // Like the `[NSMachPort port]` of the classic keep-alive thread: a port nobody sends to, only there to keep
         // the mode non-empty.
         let keepAlive = try RunLoopPortSource(queueLimit: 1, maxMessageSize: 1) { _ in nil }
