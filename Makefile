@@ -4,9 +4,10 @@
 #   deps         install libevent-dev and pkg-config with apt-get when missing (sudo when not root): the
 #                benchmarks' C floors need libevent; the library itself needs nothing but the toolchain
 #   build        debug build of the package
-#   test         deps, the whole suite, the documentation's examples (examples), the suite again under
-#                ThreadSanitizer, leakcheck, and a release build of the Benchmarks package (built, not run, so
-#                that it cannot rot)
+#   test         deps, the whole suite, the documentation's examples (examples), the documentation itself
+#                (docs: about 25 s from a clean .build-docs on 2 cores, so it is part of test), the suite again
+#                under ThreadSanitizer, leakcheck, fuzz-quick, and a release build of the Benchmarks package
+#                (built, not run, so that it cannot rot)
 #   examples     every ```swift example of README.md and the DocC articles, built as a reader's main.swift
 #                and run, its output checked (Tests/Examples/run-examples.sh; EXAMPLES="name …" for some)
 #   docs         the DocC documentation of PortLoop (Sources/PortLoop/PortLoop.docc) into .build-docs;
@@ -68,6 +69,7 @@ build: deps
 test: deps
 	$(SWIFT) test --scratch-path $(SCRATCH)
 	$(MAKE) --no-print-directory examples
+	$(MAKE) --no-print-directory docs
 	$(SWIFT) test --sanitize=thread --scratch-path $(TSAN_SCRATCH)
 	$(MAKE) --no-print-directory leakcheck
 	$(MAKE) --no-print-directory fuzz-quick

@@ -77,7 +77,8 @@ let package = Package(
             name: "PortLoopTests",
             dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopIPCPeer", "PortLoopAsyncMainCheck", "PortLoopResourceCheck", "PortLoopEchoDaemon",
                            "PortLoopDemo", "PortLoopServiceLifecycle",
-                           .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
+                           .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                           .product(name: "Logging", package: "swift-log")]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -5,7 +5,7 @@ import PortLoop
 ///
 /// It lives on the main thread's run loop, whose default mode's port set holds the service port (a
 /// ``RunLoopPortSource``), the control port on which workers answer drain fences (another one), the signalfd
-/// (a ``RunLoopDescriptorSource``) and the loop's wake-up port; the throughput timer sets how long it may sleep.
+/// of a ``RunLoopSignalSource`` and the loop's wake-up port; the throughput timer sets how long it may sleep.
 ///
 /// Dispatch is round-robin, skipping full workers: a forward is a send with a `.poll` timeout, which fails at
 /// once with ``PortError/timedOut`` when that worker's queue is at its limit, and the next worker is tried. Only

@@ -8,7 +8,7 @@
 //                              ┌ the mode's port set ────────────────┐
 //   request(id:bytes:) ──────▶ │ service port → RunLoopPortSource    │ ─ .poll send to the ──▶ w1 port → RunLoopPortSource
 //   (fresh reply port each)    │ control port → RunLoopPortSource    │   next worker with room   w2 port → RunLoopPortSource
-//                              │ signalfd → RunLoopDescriptorSource  │ ◀─ fence replies ──────── …
+//                              │ signalfd → RunLoopSignalSource      │ ◀─ fence replies ──────── …
 //                              │ wake-up port                        │
 //                              └ RunLoopTimer: throughput line ──────┘
 //          ◀──────────── reply: each worker's loop sends its PortReply straight to the client's reply port

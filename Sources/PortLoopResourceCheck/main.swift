@@ -96,6 +96,20 @@ let attempts: [(String, Attempt)] = [
         thread.join()
         return try result.get()
     }),
+    ("performAndAwait in a new mode", {
+        // The new mode's port set is made as the block is queued: its failure is the caller's error.
+        let thread = try RunLoopThread(name: "awaited")
+        defer { thread.stop() }
+        let outcome = Completion<Result<Int, RunLoopError>>()
+        Task.detached {
+            do throws(RunLoopError) {
+                outcome.set(.success(try await thread.loop.performAndAwait(inModes: [.common, "awaited"]) { 42 }))
+            } catch {
+                outcome.set(.failure(error))
+            }
+        }
+        return try outcome.wait().get() == 42 ? "created" : "wrong value"
+    }),
     ("PortMessages consumer", {
         // A consumer whose waiting thread cannot get its port set polls its port instead: nothing is lost and
         // the stream does not end.

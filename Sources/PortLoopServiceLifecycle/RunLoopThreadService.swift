@@ -30,8 +30,8 @@ public struct RunLoopThreadService: Service, CustomStringConvertible {
         self.thread = thread
     }
 
-    /// Starts a loop thread and wraps it (``RunLoopThread/init(name:)``).
-    /// - Throws: what ``RunLoopThread/init(name:)`` throws.
+    /// Starts a loop thread that runs the default mode and wraps it (``RunLoopThread/init(name:mode:)``).
+    /// - Throws: what ``RunLoopThread/init(name:mode:)`` throws.
     public init(name: String) throws(PortError) {
         thread = try RunLoopThread(name: name)
     }

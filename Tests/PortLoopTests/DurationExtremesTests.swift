@@ -51,6 +51,88 @@ struct DurationExtremesTests {
         }
     }
 
+    @Test("an async request with a huge timeout gets its reply, also after waiting for room; cancelled, it ends")
+    func hugeAsyncRequestTimeout() async throws {
+        let server = try RunLoopThread(name: "huge async")
+        defer { server.stop() }
+        let source = try RunLoopPortSource { message in PortReply(id: message.id) }
+        try server.loop.add(source, mode: .default)
+        let destination = source.makeSendRight()
+        // 126 years: a deadline that fits in Int64 nanoseconds, so the request keeps a timeout of its own.
+        let timeouts = Self.huge.map { PortTimeout.after($0) }
+            + [.after(.seconds(4_000_000_000)), .seconds(.greatestFiniteMagnitude), .seconds(.infinity)]
+        for (index, timeout) in timeouts.enumerated() {
+            #expect(try await destination.request(id: Int32(index), timeout: timeout).id == Int32(index), "\(timeout)")
+        }
+
+        // A full destination: the send is retried with a back-off bounded by the (huge) time left.
+        let box = ReceiveRightBox(try PortReceiveRight(queueLimit: 1))
+        let full = box.port.makeSendRight()
+        try full.send(id: 0)
+        let replier = TestThread {
+            sleepMilliseconds(30)
+            for _ in 0..<2 {
+                let message = try! box.port.receive(timeout: .after(.seconds(20)))
+                try? message.replyPort?.send(id: message.id)
+            }
+        }
+        #expect(try await full.request(id: 1, timeout: .after(Self.huge[1])).id == 1)
+        replier.join()
+
+        // Cancelled while waiting for a reply that never comes: ends at once with timedOut, huge timeout or not.
+        for timeout in [PortTimeout.after(.seconds(4_000_000_000)), .after(.seconds(Int64.max))] {
+            let silent = try PortReceiveRight()
+            let request = Task { try await silent.makeSendRight().request(timeout: timeout) }
+            #expect(await eventually { silent.messageCount == 1 })
+            request.cancel()
+            await #expect(throws: PortError.timedOut) { try await request.value }
+        }
+    }
+
+    @Test("a huge sleep cancelled early (an async request's timeout once its reply came) keeps no thread for it")
+    func cancelledHugeSleepReleasesItsThread() async throws {
+        let clock = RetryClock() // not the shared one: other tests' sleepers must not keep its thread alive
+        for duration in [Duration.seconds(4_000_000_000), .seconds(Int64.max), Self.huge.last!] {
+            let sleeper = Task { await clock.sleep(for: duration) }
+            #expect(await eventually { clock.isServing })
+            sleeper.cancel()
+            #expect(await sleeper.value == false, "a cancelled sleep reports it")
+            // The thread ends a second after its last sleeper left; it used to wait out the cancelled deadline.
+            #expect(await eventually(within: 15) { !clock.isServing }, "\(duration)")
+        }
+    }
+
+    /// Instants at the extremes, either way from now: Foundation's distant dates (about 2,000 years), past
+    /// Int64 nanoseconds (292 years), and about as far as `Duration` goes.
+    static let farAway: [Duration] = [
+        .seconds(63_113_904_000), .seconds(Int64.max), huge.last!, Duration(attoseconds: Int128.max / 2),
+    ]
+
+    @Test("run(mode:until:) with an instant long past makes one pass; with one far ahead it runs until stopped")
+    func runUntilExtremes() throws {
+        let pastRuns = Locked([Duration]())
+        let worker = TestLoopThread(setUp: { loop in
+            try loop.add(try RunLoopPortSource { _ in nil }, mode: .default) // the mode never runs empty
+        }, body: { loop in
+            var results: [PortRunLoop.RunResult] = []
+            for distance in Self.farAway {
+                let start = ContinuousClock.now
+                results.append(loop.run(mode: .default, until: .now - distance))
+                results.append(loop.run(mode: .default, until: .now - distance, returnAfterSourceHandled: true))
+                pastRuns.withLock { $0.append(.now - start) }
+                try! loop.perform(afterDelay: .milliseconds(20)) { PortRunLoop.current.stop() }
+                results.append(loop.run(mode: .default, until: .now + distance))
+                try! loop.perform(afterDelay: .milliseconds(20)) { PortRunLoop.current.stop() }
+                results.append(loop.run(mode: .default, until: .now + distance, returnAfterSourceHandled: true))
+            }
+            return results
+        })
+        let expected: [PortRunLoop.RunResult] = [.timedOut, .timedOut, .stopped, .stopped]
+        #expect(worker.join() == Array(Array(repeating: expected, count: Self.farAway.count).joined()))
+        // A pass that polls; the bound only catches a run that slept, and holds on a loaded machine.
+        #expect(pastRuns.current.allSatisfy { $0 < .seconds(5) }, "\(pastRuns.current)")
+    }
+
     @Test("timers at the extremes: far-future dates never fire, far-past dates fire at once, nothing traps")
     func timerExtremes() throws {
         let fired = Locked([String]())

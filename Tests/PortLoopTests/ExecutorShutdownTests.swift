@@ -5,8 +5,8 @@ import Glibc
 #endif
 
 /// What happens to a ``RunLoopSerialExecutor``'s jobs when its loop's thread ends: a stopping
-/// ``RunLoopThread`` runs every job queued before it exits, then closes its loop's executors; a job enqueued
-/// after that stops the program, as it could never run.
+/// ``RunLoopThread``, or any other thread as it exits, runs every job queued before it goes, then closes its
+/// loop's executors; a job enqueued after that stops the program, as it could never run.
 @Suite("Executor jobs at thread shutdown", .timeLimit(.minutes(1)))
 struct ExecutorShutdownTests {
     @Test("stop() on a RunLoopThread runs the actor calls queued behind a running one before the thread ends")
@@ -64,6 +64,22 @@ struct ExecutorShutdownTests {
         #expect(first.isClosed && second.isClosed)
     }
 
+    @Test("stop() on a RunLoopThread also runs the jobs of an executor in a mode the thread does not run")
+    func stopRunsJobsOfOtherModes() async throws {
+        let thread = try RunLoopThread(name: "other-mode")
+        let executor = try RunLoopSerialExecutor(loop: thread.loop, modes: ["never-run"])
+        let ranOn = Locked<Int32?>(nil)
+        Task {
+            let id = await LoopActor(executor: executor).threadID()
+            ranOn.withLock { $0 = id }
+        }
+        #expect(await eventually { executor.pendingJobCount == 1 }, "the call waits: the thread runs the default mode")
+        let stopper = TestThread { thread.stop() }
+        #expect(await eventually(within: 10) { ranOn.current == thread.loop.threadID }, "the stop ran it, on the thread")
+        stopper.join()
+        #expect(executor.isClosed)
+    }
+
     @Test("stopping an idle RunLoopThread with executors on its loop still ends it promptly")
     func idleStop() async throws {
         let thread = try RunLoopThread(name: "idle-drain")
@@ -95,27 +111,61 @@ struct ExecutorShutdownTests {
     }
 }
 
-/// Loops that are not ``RunLoopThread``s: the thread decides when it exits, and nothing can drain for it.
+/// Loops that are not ``RunLoopThread``s: the thread decides when it exits; its loop's teardown, on that
+/// thread, runs the jobs still queued on the loop's executors before closing them.
 extension ExecutorShutdownTests {
-    @Test("a plain thread exiting with jobs queued reports them and closes the executor")
-    func plainThreadExitReportsStrandedJobs() async throws {
+    @Test("a plain thread exiting with actor calls queued runs them on that thread, in every mode, then closes")
+    func plainThreadExitRunsQueuedJobs() async throws {
         let release = Latch()
-        let box = Locked<RunLoopSerialExecutor?>(nil)
+        let boxes = Locked<[RunLoopSerialExecutor]>([])
         let worker = TestLoopThread(setUp: { loop in
-            box.withLock { $0 = try? RunLoopSerialExecutor(loop: loop) }
+            // The second executor's mode is never run: its jobs could only run at the teardown.
+            let executors = [try RunLoopSerialExecutor(loop: loop), try RunLoopSerialExecutor(loop: loop, modes: ["never-run"])]
+            boxes.withLock { $0 = executors }
         }, body: { _ in release.wait(); return [] }) // exits without running its loop
-        let executor = try #require(box.current)
-        let actor = LoopActor(executor: executor)
-        // This call can never run: the task stays suspended for the rest of the process; that is the point.
-        Task { _ = await actor.threadID() }
-        #expect(await eventually { executor.pendingJobCount == 1 })
-        #expect(!executor.isClosed)
-        let before = worker.loop.errorsLogged.load(ordering: .relaxed)
+        let executors = boxes.current
+        let trace = Trace<String>()
+        let actorA = ChainActor(name: "A", executor: executors[0], trace: trace)
+        let actorB = ChainActor(name: "B", executor: executors[1], trace: trace)
+        let ranOn = Locked<Int32?>(nil)
+        Task {
+            let thread = await LoopActor(executor: executors[0]).threadID()
+            ranOn.withLock { $0 = thread }
+        }
+        Task { await actorA.chain(depth: 3, partner: actorB) }
+        #expect(await eventually { executors[0].pendingJobCount == 2 }, "both calls wait for the loop")
+        #expect(!executors[0].isClosed)
         release.signal()
         _ = worker.join()
-        #expect(executor.isClosed)
-        #expect(worker.loop.errorsLogged.load(ordering: .relaxed) == before + 1, "the stranded job is reported once")
+        // Each link after the first was enqueued while the thread was exiting, on one executor or the other.
+        #expect(trace.all == ["A3", "B2", "A1", "B0"])
+        #expect(await eventually(within: 10) { ranOn.current == worker.loop.threadID }, "the queued call ran, on the exiting thread")
+        #expect(executors.allSatisfy { $0.isClosed && $0.pendingJobCount == 0 })
         #expect(throws: RunLoopError.threadExited) { try RunLoopSerialExecutor(loop: worker.loop) }
+    }
+
+    @Test("a call that comes back to a plain thread's actor after the thread exited stops the program")
+    func callComingBackAfterPlainThreadExitTraps() async {
+        let result = await #expect(processExitsWith: .failure, observing: [\.standardErrorContent]) {
+            let release = Latch()
+            let box = Locked<RunLoopSerialExecutor?>(nil)
+            let worker = TestLoopThread(setUp: { loop in
+                box.withLock { $0 = try? RunLoopSerialExecutor(loop: loop) }
+            }, body: { _ in release.wait(); return [] })
+            let executor = box.current!
+            let actor = SleepingActor(executor: executor)
+            // Its first half runs as the thread exits; the second comes back after the sleep, to a closed executor.
+            Task { await actor.sleepThenReturn() }
+            while executor.pendingJobCount == 0 { sleepMilliseconds(1) }
+            release.signal()
+            _ = worker.join()
+            // Without the trap the call would just never return; end the child cleanly so that the test sees it.
+            try? await Task.sleep(for: .seconds(3))
+            exit(0)
+        }
+        let output = String(decoding: result?.standardErrorContent ?? [], as: UTF8.self)
+        #expect(output.contains("RunLoopSerialExecutor"), "the message names the executor: \(output)")
+        #expect(output.contains("exited"), "and says its loop's thread has exited: \(output)")
     }
 
     @Test("a job enqueued after a plain loop thread exited stops the program")
@@ -165,5 +215,21 @@ actor ChainActor {
         trace.append("\(name)\(depth)")
         guard depth > 0 else { return }
         Task { await partner.chain(depth: depth - 1, partner: self) }
+    }
+}
+
+/// Suspends for a sleep in the middle of a call: the call's second half is a new job on its executor.
+actor SleepingActor {
+    let executor: RunLoopSerialExecutor
+    nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+    init(executor: RunLoopSerialExecutor) { self.executor = executor }
+
+    private var halves = 0
+
+    /// Both halves touch the actor's state, so the second one is a job of this executor, after the sleep.
+    func sleepThenReturn() async {
+        halves += 1
+        try? await Task.sleep(for: .milliseconds(200))
+        halves += 1
     }
 }

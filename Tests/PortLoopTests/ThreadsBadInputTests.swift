@@ -32,6 +32,20 @@ struct ThreadsBadInputTests {
         #expect(!ranInline.current)
     }
 
+    @Test("performAndAwait with an empty list of modes throws invalidArgument, off and on the loop's thread")
+    func emptyModesAwaited() async throws {
+        let noModes = RunLoopError.invalidArgument(argument: "modes", reason: "empty: work in no mode never runs")
+        let worker = ExecutorLoopThread()
+        defer { worker.stop() }
+        let ran = Locked(false)
+        await #expect(throws: noModes) { try await worker.loop.performAndAwait(inModes: []) { ran.withLock { $0 = true } } }
+        #expect(worker.loop.pendingBlockCount == 0, "nothing was queued")
+        // On the loop's own thread, where a block with modes runs in place, too.
+        let onLoop = EmptyModesActor(executor: worker.executor)
+        #expect(await onLoop.performWithNoModes(ran: ran) == noModes)
+        #expect(!ran.current)
+    }
+
     @Test("performs on the loop of a thread that has exited throw threadExited")
     func exitedThreadLoop() throws {
         let exited = TestLoopThread(body: { _ in [] })
@@ -60,6 +74,18 @@ struct ThreadsBadInputTests {
         #expect(!ran.current)
     }
 
+    @Test("a loop thread for the common-modes marker is refused with invalidArgument, and no thread starts")
+    func commonModeThread() throws {
+        #expect(throws: PortError.invalidArgument(argument: "mode",
+                                                  reason: "kCFRunLoopCommonModes is the common-modes marker, not a mode a loop can run")) {
+            _ = try RunLoopThread(name: "common", mode: .common)
+        }
+        // Any real mode is fine, a common one included.
+        let thread = try RunLoopThread(name: "default", mode: .default)
+        #expect(try thread.executeAndWait { PortRunLoop.current.currentModeName } == .default)
+        thread.stop()
+    }
+
     @Test("a stopped loop thread refuses tasks with a typed error")
     func stoppedLoopThread() throws {
         let thread = try RunLoopThread()
@@ -70,5 +96,23 @@ struct ThreadsBadInputTests {
         }
         #expect(throws: RunLoopError.threadExited) { try thread.loop.perform(waitUntilDone: true) {} }
         #expect(throws: RunLoopError.threadExited) { try thread.loop.perform(afterDelay: .zero) {} }
+    }
+}
+
+/// Awaits a block with no modes from a job on the loop's own thread.
+actor EmptyModesActor {
+    let executor: RunLoopSerialExecutor
+    nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+    init(executor: RunLoopSerialExecutor) { self.executor = executor }
+
+    /// The error `performAndAwait(inModes: [])` throws here, or nil if it ran the block.
+    func performWithNoModes(ran: Locked<Bool>) async -> RunLoopError? {
+        precondition(executor.loop.isCurrent)
+        do throws(RunLoopError) {
+            try await executor.loop.performAndAwait(inModes: []) { ran.withLock { $0 = true } }
+            return nil
+        } catch {
+            return error
+        }
     }
 }

@@ -1,5 +1,6 @@
-/// The ``RunLoopSerialExecutor``s of each loop, so that a stopping ``RunLoopThread`` can tell when no job of
-/// its loop is left and close all of that loop's executors in one step.
+/// The ``RunLoopSerialExecutor``s of each loop, so that a thread that ends (a stopping ``RunLoopThread``, or
+/// any thread whose loop is torn down as it exits) can run the jobs still queued on them and then close all of
+/// that loop's executors in one step.
 ///
 /// Why one step: jobs of one executor may enqueue jobs on another of the same loop. Closing them one at a
 /// time would close an idle executor that a job still queued on another is about to enqueue on, and that
@@ -39,20 +40,27 @@ enum LoopExecutorRegistry {
         if refused { throw .threadExited }
     }
 
-    /// Closes every executor of `loop` if none that runs jobs in `mode` has a job queued; returns whether it
-    /// did. With `force`, closes them whatever is queued (the mode cannot run any more). Called on the loop's
-    /// thread between passes, so no job of the loop is running meanwhile.
-    static func closeExecutors(of loop: PortRunLoop, ifIdleIn mode: PortRunLoop.Mode, force: Bool = false) -> Bool {
-        // Read before any executor's lock is taken, so that no loop lock is taken under one.
-        let modeIsCommon = loop.commonModeNames.contains(mode)
-        return lock.withLock {
+    /// One step of ending `loop`'s executors, on the loop's thread, between passes (no job of the loop is
+    /// running): if none of them has a job queued, closes them all and returns true; otherwise runs the jobs
+    /// queued on each, whatever its modes, and returns false, as those jobs may have queued more (here or as
+    /// blocks of the loop). Call it until it returns true.
+    static func finishExecutors(of loop: PortRunLoop) -> Bool {
+        let busy = lock.withLock { () -> [RunLoopSerialExecutor]? in
+            // The entry is made if the loop never had an executor, so that it is closed too: an executor made
+            // from another thread between this and the loop's teardown is refused.
+            entries = entries.filter { $0.value.loop != nil }
             let entry = entryLocked(for: loop)
             let executors = entry.executors.compactMap(\.executor)
-            guard RunLoopSerialExecutor.closeAll(executors, ifIdleIn: mode, modeIsCommon: modeIsCommon, force: force)
-            else { return false }
-            entry.closed = true
-            return true
+            if RunLoopSerialExecutor.closeAllIfIdle(executors) {
+                entry.closed = true
+                return nil
+            }
+            return executors
         }
+        guard let busy else { return true }
+        // Outside the registry's lock: a job may make another executor of the loop, which registers.
+        for executor in busy { executor.runJobsAsThreadEnds() }
+        return false
     }
 
     /// The entry of a loop, made if missing (or if its key was left by a loop that is gone); with the lock held.

@@ -49,16 +49,22 @@ final class RetryClock: @unchecked Sendable {
         }
     }
 
-    /// Takes a sleeper out, if it is still waiting.
+    /// Takes a sleeper out, if it is still waiting, and wakes the thread: it may be waiting for this sleeper's
+    /// deadline, which can be years away (an `async` request's timeout, cancelled once the reply came), and
+    /// must look again, to wait for the next deadline or to end a second after the last sleeper.
     private func take(_ id: UInt64) -> CheckedContinuation<Bool, Never>? {
         condition.withLock {
             guard let index = sleepers.firstIndex(where: { $0.id == id }) else { return nil }
+            condition.signal()
             return sleepers.remove(at: index).continuation
         }
     }
 
+    /// Whether the clock's thread is running, for tests.
+    var isServing: Bool { condition.withLock { threadRunning } }
+
     private func startThread() -> Bool {
-        let rc = startDetachedThread(named: "portloop.clock") { RetryClock.shared.serve() }
+        let rc = startDetachedThread(named: "portloop.clock") { [self] in serve() }
         if rc != 0 { condition.withLock { threadRunning = false } }
         return rc == 0
     }

@@ -30,20 +30,24 @@ import DequeModule
 /// wait until that job has returned, so an actor's jobs stay strictly one at a time.
 ///
 /// **When the loop's thread ends.** A job is a promise that a suspended task will resume, so none may be
-/// dropped silently:
+/// dropped silently. One rule for every thread but the main one (whose loop lives as long as the process):
+/// the jobs queued when the thread ends run on it before it goes, then its loop's executors *close*.
 /// - On a ``RunLoopThread``'s loop, ``RunLoopThread/stop()`` runs every job queued before the thread exits,
 ///   on every executor of the loop, including jobs that those jobs enqueue meanwhile (a call chain between
-///   two actors finishes). When no job, block or signalled source is left, the thread *closes* the loop's
-///   executors, all in one step, and exits.
-/// - A plain thread's loop cannot be kept running: when that thread exits, the executor closes, and jobs
-///   still queued (or queued in modes the stopping thread does not run) can never run; that is logged as an
-///   error naming the executor, the thread and the count. Keep such a thread running its loop until its
-///   actors are done.
+///   two actors finishes), between passes of its loop that also run its last blocks and sources. When nothing
+///   is left, the thread closes the loop's executors, all in one step, and exits.
+/// - A plain thread (any other thread with a loop) decides itself when it stops running its loop. When it
+///   exits, its loop's teardown, still on that thread, runs the jobs queued on the loop's executors, whatever
+///   their modes, including jobs those jobs enqueue on them meanwhile, then closes them in one step. The jobs
+///   run outside any run of the loop: code in them that waits for the loop to run something else (a timer, a
+///   port source) gets no answer.
 /// - A job enqueued on a closed executor **stops the program** (`preconditionFailure`, naming the executor
 ///   and its loop's thread), as SwiftNIO does for a task scheduled on an event loop that has shut down: the
 ///   job could never run, so its caller would wait forever, and a trap at the enqueue shows which call it
-///   was. This is a programming error: an actor was used after its thread was stopped (typically a task
-///   that was suspended elsewhere, for a sleep or another actor, across the stop, and came back).
+///   was. This is a programming error: an actor was used after its thread ended (typically a task that was
+///   suspended elsewhere, for a sleep or another actor, across the end, and came back). A thread that exits
+///   in the middle of one of the executor's jobs (`pthread_exit` inside an actor's method) cannot run the
+///   jobs queued behind it either, and stops the program the same way.
 public final class RunLoopSerialExecutor: SerialExecutor, @unchecked Sendable, CustomStringConvertible {
     /// The loop whose thread runs the jobs.
     public let loop: PortRunLoop
@@ -57,8 +61,6 @@ public final class RunLoopSerialExecutor: SerialExecutor, @unchecked Sendable, C
     /// Set once jobs can no longer run: the loop's thread drained and closed its executors, or exited. A job
     /// enqueued from then on stops the program. Guarded by `lock`.
     private var closed = false
-    /// Set when the source has left the loop with its thread; guarded by `lock`.
-    private var sourceLeft = false
 
     // Touched only on the loop's thread.
     /// The jobs being run; swapped with `pending` so that neither buffer is reallocated in steady state.
@@ -72,8 +74,8 @@ public final class RunLoopSerialExecutor: SerialExecutor, @unchecked Sendable, C
     ///   - modes: the modes in which jobs run; `.common` (the default) means every common mode.
     ///   - order: the source's order among the loop's Source0s (`CFRunLoopSourceGetOrder`).
     /// - Throws: ``RunLoopError/invalidArgument(argument:reason:)`` for an empty `modes`,
-    ///   ``RunLoopError/threadExited`` if the loop's thread has exited, or is a ``RunLoopThread`` that has run
-    ///   its last jobs and is exiting.
+    ///   ``RunLoopError/threadExited`` if the loop's thread has exited, or is exiting and has run its last
+    ///   jobs.
     public init(loop: PortRunLoop, modes: [PortRunLoop.Mode] = [.common], order: Int = 0) throws(RunLoopError) {
         try PortRunLoop.Mode.validate(modes)
         self.loop = loop
@@ -103,8 +105,8 @@ public final class RunLoopSerialExecutor: SerialExecutor, @unchecked Sendable, C
     /// Queues a job to run on the loop's thread (`SerialExecutor.enqueue`). Safe from any thread.
     ///
     /// Stops the program (`preconditionFailure`) if the executor is closed: its loop's thread has exited, or
-    /// is a ``RunLoopThread`` that has run its last jobs and is exiting. Such a job could never run and its
-    /// caller would wait forever; see "When the loop's thread ends" in the type's description.
+    /// is exiting and has run its last jobs. Such a job could never run and its caller would wait forever;
+    /// see "When the loop's thread ends" in the type's description.
     public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         lock.lock()
@@ -156,9 +158,9 @@ public final class RunLoopSerialExecutor: SerialExecutor, @unchecked Sendable, C
 
     /// Stops the program for a job that arrived after the executor closed.
     private func refuseJob() -> Never {
-        preconditionFailure("\(self) received a job after its loop's thread \(loop.threadID) exited (or, as a "
-            + "stopped RunLoopThread, ran its last jobs and began to exit): the job can never run, and the task "
-            + "awaiting it would never resume. An actor on this executor was used after its thread was stopped.")
+        preconditionFailure("\(self) received a job after its loop's thread \(loop.threadID) exited (or, exiting, "
+            + "ran its last jobs): the job can never run, and the task awaiting it would never resume. An actor on "
+            + "this executor was used after its thread ended.")
     }
 
     public var description: String {
@@ -192,34 +194,41 @@ public final class RunLoopSerialExecutor: SerialExecutor, @unchecked Sendable, C
     }
 
     /// The source's cancel callout, once per mode it was in: the loop dropped it because its thread exited
-    /// (when the executor is released, the callout finds no executor). Jobs still queued can never run.
+    /// (when the executor is released, the callout finds no executor). The thread ran the queued jobs and
+    /// closed the executor before that (``LoopExecutorRegistry/finishExecutors(of:)``), so none can be left;
+    /// one that were would never run, and that must not pass in silence.
     private func sourceLeftLoop() {
-        let (stranded, first) = lock.withLock { () -> (Int, Bool) in
+        let stranded = lock.withLock { () -> Int in
             closed = true
-            defer { sourceLeft = true }
-            return (pending.count, !sourceLeft)
+            return pending.count
         }
-        if first && stranded > 0 {
-            loop.logError("""
-                \(self): the loop's thread \(loop.threadID) exited with \(stranded) jobs queued; they can never \
-                run, and the tasks awaiting them will never resume. Keep the thread running its loop until its \
-                actors are done, or use a RunLoopThread, whose stop() runs them first.
-                """)
+        if stranded > 0 {
+            preconditionFailure("\(self): the loop's thread \(loop.threadID) exited with \(stranded) jobs queued that "
+                + "it did not run; they can never run, and the tasks awaiting them would never resume.")
         }
     }
 
-    /// Closes `executors`, all of one loop, if none that runs jobs in `mode` has a job queued (or whatever is
-    /// queued, with `force`); returns whether it did. Holding every lock at once makes the check and the
-    /// closing one step for enqueuers on any of them. Called with the registry's lock held.
-    static func closeAll(_ executors: [RunLoopSerialExecutor], ifIdleIn mode: PortRunLoop.Mode, modeIsCommon: Bool,
-                         force: Bool) -> Bool {
+    /// Runs the jobs queued now, on the loop's thread, outside any run of the loop: for a thread that is ending
+    /// (``LoopExecutorRegistry/finishExecutors(of:)``). Stops the program if one of this executor's jobs is
+    /// running (the thread is exiting from inside it): the jobs behind it cannot run without breaking the
+    /// executor's one-at-a-time rule, and cannot be left to wait for a thread that is going.
+    func runJobsAsThreadEnds() {
+        precondition(loop.isCurrent, "\(self): jobs run on the loop's thread only")
+        if isRunningJobs {
+            preconditionFailure("\(self): the loop's thread \(loop.threadID) is exiting in the middle of one of the "
+                + "executor's jobs (pthread_exit in an actor's method?) with \(pendingJobCount) jobs queued behind it; "
+                + "they can never run, and the tasks awaiting them would never resume.")
+        }
+        runJobs()
+    }
+
+    /// Closes `executors`, all of one loop, if none has a job queued; returns whether it did. Holding every
+    /// lock at once makes the check and the closing one step for enqueuers on any of them. Called with the
+    /// registry's lock held.
+    static func closeAllIfIdle(_ executors: [RunLoopSerialExecutor]) -> Bool {
         for executor in executors { executor.lock.lock() }
         defer { for executor in executors { executor.lock.unlock() } }
-        if !force {
-            for executor in executors where !executor.pending.isEmpty {
-                if executor.modes.contains(mode) || (modeIsCommon && executor.modes.contains(.common)) { return false }
-            }
-        }
+        guard executors.allSatisfy({ $0.pending.isEmpty }) else { return false }
         for executor in executors { executor.closed = true }
         return true
     }

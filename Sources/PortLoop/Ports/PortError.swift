@@ -29,7 +29,7 @@ public enum PortError: Error, Hashable, Sendable {
     /// was created and nothing leaked; the same call works again once the resource is back.
     case systemCallFailed(call: String, errno: Int32)
     /// The call would wait for a message that only the calling thread can deliver: a
-    /// ``PortSendRight/request(id:bytes:timeout:maxReplySize:)`` made on the thread whose run loop serves the
+    /// ``PortSendRight/request(id:bytes:timeout:maxReplySize:)-64pzr`` made on the thread whose run loop serves the
     /// destination port. Nothing was sent. (The counterpart of ``RunLoopThreadError/calledOnLoopThread``.)
     case calledOnLoopThread
     /// The replier released the reply right without answering, so no reply can come (MIG's `MIG_SERVER_DIED`,

@@ -16,13 +16,25 @@ enum LoopRegistry {
         var key = pthread_key_t()
         let rc = pthread_key_create(&key) { pointer in
             guard let pointer else { return }
-            let loop = Unmanaged<PortRunLoop>.fromOpaque(pointer).takeRetainedValue()
-            LoopRegistry.forget(loop)
-            loop.threadDidExit()
+            LoopRegistry.threadIsExiting(loop: pointer)
         }
         precondition(rc == 0, "pthread_key_create failed: \(rc)")
         return key
     }()
+
+    /// The key's destructor, on the exiting thread: runs the jobs still queued on the loop's executors and
+    /// closes them (``LoopExecutorRegistry/finishExecutors(of:)``), then tears the loop down.
+    private static func threadIsExiting(loop pointer: UnsafeMutableRawPointer) {
+        // The slot is empty while its destructor runs; the jobs see the loop as PortRunLoop.current again, so
+        // that a job asking for it does not make a second loop for this thread.
+        pthread_setspecific(key, pointer)
+        let loop = Unmanaged<PortRunLoop>.fromOpaque(pointer).takeUnretainedValue()
+        while !LoopExecutorRegistry.finishExecutors(of: loop) {}
+        pthread_setspecific(key, nil)
+        let released = Unmanaged<PortRunLoop>.fromOpaque(pointer).takeRetainedValue()
+        forget(released)
+        released.threadDidExit()
+    }
 
     /// The calling thread's loop, created on first use.
     static func current() -> PortRunLoop {

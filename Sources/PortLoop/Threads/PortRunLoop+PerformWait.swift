@@ -52,29 +52,40 @@ extension PortRunLoop {
     ///     the loop's thread is recognised.
     ///   - block: the work; its value is returned.
     /// - Returns: the block's value.
-    /// - Throws: ``RunLoopError/threadExited`` if the loop's thread has exited, or exits before the block
-    ///   ran (a loop drops its pending blocks when its thread exits).
+    /// - Throws: ``RunLoopError/invalidArgument(argument:reason:)`` for an empty `modes` (on the loop's own
+    ///   thread too; nothing runs), ``RunLoopError/threadExited`` if the loop's thread has exited, or exits
+    ///   before the block ran (a loop drops its pending blocks when its thread exits),
+    ///   ``RunLoopError/portLayer(_:)`` if a mode named for the first time cannot get its port set.
     public func performAndAwait<Value: Sendable>(
         inModes modes: [Mode] = PortRunLoop.commonModesOnly, isolation: isolated (any Actor)? = #isolation,
         _ block: @escaping @Sendable () -> Value
     ) async throws(RunLoopError) -> Value {
+        try Mode.validate(modes)
         if isCurrent { return block() }
-        guard case let .success(value)? = await performAndResume(inModes: modes, isolation: isolation, block) else {
-            throw .threadExited
-        }
+        guard case let .success(value)? = try await performAndResume(inModes: modes, isolation: isolation, block)
+        else { throw .threadExited }
         return value
     }
 
     /// Queues `body` for the loop's thread, wakes the loop and suspends until it has run. Returns its result,
-    /// or nil if it will never run (the thread has exited, or exited with it queued). Call it off the loop's
+    /// or nil if it was queued but dropped unrun (the thread exited with it queued). Call it off the loop's
     /// thread: on it, the caller runs the body itself.
+    /// - Throws: what ``performAndWakeUp(inModes:_:)`` throws when it refuses the block (nothing was queued).
     func performAndResume<Value: Sendable, Failure: Error>(
         inModes modes: [Mode], isolation: isolated (any Actor)?, _ body: @escaping @Sendable () throws(Failure) -> Value
-    ) async -> Result<Value, Failure>? {
-        await withCheckedContinuation(isolation: isolation) { continuation in
-            // The block is a temporary: if it is refused or dropped unrun, its release resumes the caller.
-            try? performAndWakeUp(inModes: modes, Self.resumingBlock(AsyncCompletion(continuation), body))
+    ) async throws(RunLoopError) -> Result<Value, Failure>? {
+        var refusal: RunLoopError?
+        let outcome = await withCheckedContinuation(isolation: isolation) { continuation in
+            // The block is a temporary: if it is refused or dropped unrun, its release resumes the caller
+            // (with nil; a refusal is told apart by the error kept here).
+            do throws(RunLoopError) {
+                try performAndWakeUp(inModes: modes, Self.resumingBlock(AsyncCompletion(continuation), body))
+            } catch {
+                refusal = error
+            }
         }
+        if let refusal { throw refusal }
+        return outcome
     }
 
     /// A block that runs `body` and resumes `completion`'s task with its result; released unrun, it resumes

@@ -74,7 +74,8 @@ extension PortSendRight {
 
 extension PortSendRight {
     /// Sends a request and waits for its reply without blocking the calling task's thread: the `async` form of
-    /// ``request(id:bytes:timeout:maxReplySize:)``, safe from tasks of the cooperative pool. Same message, same
+    /// ``request(id:bytes:timeout:maxReplySize:)-64pzr`` (`mach_msg` with `MACH_SEND_MSG | MACH_RCV_MSG` and a
+    /// reply port, as a MIG client stub does), safe from tasks of the cooperative pool. Same message, same
     /// fresh reply port, same errors, except that a call made from the thread of the run loop that serves the
     /// destination does not deadlock here (the task suspends and the loop goes on), so
     /// ``PortError/calledOnLoopThread`` is never thrown.

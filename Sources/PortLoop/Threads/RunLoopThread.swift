@@ -38,10 +38,15 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
     /// - Parameters:
     ///   - name: the thread's name, shown by debuggers and `top -H`.
     ///   - mode: the mode the thread runs; the default mode by default. Tasks run in the common modes and in
-    ///     this one.
-    /// - Throws: ``PortError/systemCallFailed(call:errno:)`` if the thread cannot be created, or the port
-    ///   layer's error if the keep-alive port or the loop's port set cannot be.
+    ///     this one. Not `.common`: that is a marker for the set of common modes, not a mode a loop can run
+    ///     (`CFRunLoopRunInMode(kCFRunLoopCommonModes, …)` returns at once).
+    /// - Throws: ``PortError/invalidArgument(argument:reason:)`` for `.common` (no thread is started),
+    ///   ``PortError/systemCallFailed(call:errno:)`` if the thread cannot be created, or the port layer's
+    ///   error if the keep-alive port or the loop's port set cannot be.
     public convenience init(name: String = "RunLoopThread", mode: PortRunLoop.Mode = .default) throws(PortError) {
+        guard mode != .common else {
+            throw .invalidArgument(argument: "mode", reason: "\(mode) is the common-modes marker, not a mode a loop can run")
+        }
         try self.init(name: name, mode: mode) { loop, isStopped in
             while !isStopped() {
                 // `finished` would mean the keep-alive source is gone and the mode is empty; running again
@@ -68,8 +73,8 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
     /// ```
     ///
     /// The loop holds a keep-alive port in its common modes, as for the other initializer, and tasks run in
-    /// the common modes. When `body` returns, the queued tasks and executor jobs that the default mode can run
-    /// run first, as after a stop.
+    /// the common modes. When `body` returns, the queued tasks that the default mode can run, and the jobs
+    /// queued on the loop's executors, run first, as after a stop.
     /// - Throws: as ``init(name:mode:)``.
     public convenience init(name: String = "RunLoopThread",
                             body: @escaping @Sendable (_ loop: PortRunLoop, _ isStopped: @escaping @Sendable () -> Bool) -> Void)
@@ -80,7 +85,7 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
     private init(name: String, mode: PortRunLoop.Mode,
                  body runBody: @escaping @Sendable (PortRunLoop, @escaping @Sendable () -> Bool) -> Void) throws(PortError) {
         self.name = name
-        core = Core(taskModes: mode == .default || mode == .common ? [.common] : [.common, mode])
+        core = Core(taskModes: mode == .default ? [.common] : [.common, mode])
         // Like the `[NSMachPort port]` of the classic keep-alive thread: a port nobody sends to, only there to keep
         // the mode non-empty.
         let keepAlive = try RunLoopPortSource(queueLimit: 1, maxMessageSize: 1) { _ in nil }
@@ -174,12 +179,13 @@ public final class RunLoopThread: Sendable, CustomStringConvertible {
         if loop.isCurrent {
             outcome = Result { () throws(Failure) -> Value in try task() }
         } else {
-            outcome = await loop.performAndResume(inModes: core.taskModes, isolation: isolation, task)
+            do { outcome = try await loop.performAndResume(inModes: core.taskModes, isolation: isolation, task) }
+            catch { throw .stopped } // refused: the thread has exited, as execute(_:) reports it
         }
         switch outcome {
         case let .success(value)?: return value
         case let .failure(error)?: throw .failed(error)
-        case nil: throw .stopped // refused, or dropped unrun: the thread exited
+        case nil: throw .stopped // dropped unrun: the thread exited
         }
     }
 
@@ -326,24 +332,25 @@ extension RunLoopThread {
         }
 
         /// After the stop: passes the loop without sleeping until no block, signalled source or executor job
-        /// that the default mode can run is left, then closes the loop's executors and returns.
+        /// that the default mode can run is left, runs the jobs left on executors of other modes, then closes
+        /// the loop's executors and returns.
         ///
         /// Executor jobs are why: they are not blocks queued ahead of the stop block but sit in each
         /// executor's own queue, behind a signalled source, and a job may enqueue more (an actor calling
-        /// another). Checking and closing are one step under the executors' locks, so a job enqueued after
-        /// this check is either seen by it or refused by the closed executor; it is never left queued on an
-        /// executor whose thread has gone. Work that keeps coming (a job that always enqueues another) keeps
-        /// the thread draining.
+        /// another). Checking and closing are one step under the executors' locks
+        /// (``LoopExecutorRegistry/finishExecutors(of:)``), so a job enqueued after this check is either seen by
+        /// it or refused by the closed executor; it is never left queued on an executor whose thread has gone.
+        /// Work that keeps coming (a job that always enqueues another) keeps the thread draining.
         private func drain(_ loop: PortRunLoop) {
             while true {
-                if !loop.hasWorkToDrain(in: .default)
-                    && LoopExecutorRegistry.closeExecutors(of: loop, ifIdleIn: .default) { return }
-                if loop.run(mode: .default, timeout: .zero) == .finished && !loop.hasWorkToDrain(in: .default) {
-                    // Nothing left in the mode to run anything with (the keep-alive port is gone): jobs queued
-                    // now could never run here; close anyway, and the executors report them as the thread exits.
-                    _ = LoopExecutorRegistry.closeExecutors(of: loop, ifIdleIn: .default, force: true)
+                if loop.hasWorkToDrain(in: .default) {
+                    if loop.run(mode: .default, timeout: .zero) != .finished { continue }
+                    // Nothing left in the mode to run anything with (the keep-alive port is gone): the executors'
+                    // jobs run outside the loop below; blocks go with the loop, as a thread's pending blocks do.
+                    while !LoopExecutorRegistry.finishExecutors(of: loop) {}
                     return
                 }
+                if LoopExecutorRegistry.finishExecutors(of: loop) { return }
             }
         }
     }
