@@ -100,6 +100,7 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *bytes, si
     if (conn->out_tail != NULL) conn->out_tail->next = frame; else conn->out_head = frame;
     conn->out_tail = frame;
     conn->out_bytes += length;
+    atomic_store_explicit(&conn->backlogged, true, memory_order_release);
     return true;
 }
 
@@ -143,7 +144,10 @@ void pl_conn_flush_outgoing(pl_conn_t *conn) {
         free(frame);
     }
     bool drained = conn->out_head == NULL;
-    if (drained) conn->want_writable = false;
+    if (drained) {
+        conn->want_writable = false;
+        atomic_store_explicit(&conn->backlogged, false, memory_order_release);
+    }
     pthread_mutex_unlock(&conn->write_lock);
     if (drained) pthread_cond_broadcast(&conn->writable);
 }
@@ -192,6 +196,7 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why) {
     pl_out_frame_t *frames = conn->out_head;
     conn->out_head = conn->out_tail = NULL;
     conn->out_bytes = 0;
+    atomic_store_explicit(&conn->backlogged, false, memory_order_release);
     int fd = conn->fd;
     conn->fd = -1;
     pthread_mutex_unlock(&conn->write_lock);
@@ -222,6 +227,7 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why) {
     pl_handle_map_free(&conn->imports);
     pl_handle_map_free(&conn->exports);
     for (uint32_t i = 0; i < import_count; i++) proxies[i]->proxy->in_table = false;
+    pl_proxy_forget_imports(import_count);
     pthread_mutex_unlock(&conn->lock);
     pthread_cond_broadcast(&conn->changed);
 

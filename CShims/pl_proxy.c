@@ -61,6 +61,10 @@ void pl_proxy_free(pl_proxy_t *proxy) {
 
 uint32_t pl_proxy_import_total(void) { return atomic_load_explicit(&pl_import_count, memory_order_relaxed); }
 
+void pl_proxy_forget_imports(uint32_t count) {
+    atomic_fetch_sub_explicit(&pl_import_count, count, memory_order_relaxed);
+}
+
 /* Takes a proxy out of the table (the connection's lock held); the caller releases the table's reference. */
 static void pl_proxy_unlink_locked(pl_conn_t *conn, pl_port_t *port) {
     pl_handle_map_remove(&conn->imports, port->proxy->handle);
@@ -138,6 +142,12 @@ void pl_proxy_dead(pl_conn_t *conn, uint32_t handle) {
 
 /* ---- sending ---------------------------------------------------------------------------------------- */
 
+/* Whether frames wait in the outgoing queue: the peer is not keeping up with what we write. (Read without the
+ * write lock, which ranks before the connection's lock held here.) */
+static bool pl_conn_backlogged(pl_conn_t *conn) {
+    return atomic_load_explicit(&conn->backlogged, memory_order_acquire);
+}
+
 static bool pl_proxy_dead_name(pl_port_t *port) {
     pthread_mutex_lock(&port->lock);
     bool dead = port->dead;
@@ -165,6 +175,9 @@ static pl_status_t pl_proxy_take_credit(pl_port_t *port, int64_t timeout_ns, int
             return PL_OK;
         }
         if (timeout_ns == 0 && asked && conn->credit_answers != answers && !proxy->want_sent) break;
+        /* A poll asks once and waits briefly for the answer, unless the owner has not answered the last WANT or
+         * does not read what we write: then it has no room as far as we can know, and the poll fails at once. */
+        if (timeout_ns == 0 && !asked && (proxy->want_sent || pl_conn_backlogged(conn))) break;
         if (!proxy->want_sent || (timeout_ns == 0 && !asked)) {
             proxy->want_sent = true;
             asked = true;

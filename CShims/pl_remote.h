@@ -120,6 +120,7 @@ struct pl_conn {
     pl_out_frame_t *out_head, *out_tail;
     size_t out_bytes;
     bool want_writable;       /* the transport watches for EPOLLOUT */
+    atomic_bool backlogged;   /* out_head != NULL, readable without the write lock */
 
     pthread_mutex_t lock;
     pthread_cond_t changed;   /* credit came, the connection died, the handshake finished */
@@ -202,6 +203,7 @@ void pl_proxy_credit(pl_conn_t *conn, uint32_t handle, uint32_t count);
 void pl_proxy_reclaim(pl_conn_t *conn, uint32_t handle);
 void pl_proxy_dead(pl_conn_t *conn, uint32_t handle);
 uint32_t pl_proxy_import_total(void);
+void pl_proxy_forget_imports(uint32_t count); /* a connection's table was dropped whole */
 /* The proxy send path: pl_port_send on a proxy. */
 pl_status_t pl_proxy_send(pl_port_t *proxy, int32_t id, const void *payload, size_t size, pl_port_t *reply,
                           const pl_attachment_t *attachments, uint32_t attachment_count, int64_t timeout_ns);

@@ -14,6 +14,8 @@
 //   client DIR NAME THREADS COUNT
 //       looks NAME up; THREADS threads each send COUNT messages id 8 with payload "pid thread seq", waiting
 //       forever for room; prints `sent N` when all are sent.
+//   flood DIR NAME COUNT
+//       looks NAME up and sends COUNT messages id 1 whose replies go to a port of its own that it never reads.
 //   hold DIR NAME
 //       looks NAME up and sends it a message id 2 carrying a send right to a port of its own, which it never
 //       reads; then waits for ever (the test kills it).
@@ -39,6 +41,11 @@ func fail(_ why: String) -> Never {
 }
 
 func text(_ bytes: [UInt8]) -> String { String(decoding: bytes, as: UTF8.self) }
+
+/// Sleeps for ever while `port` lives (a local's lifetime may end at its last use).
+func park(holding port: borrowing PortReceiveRight) -> Never {
+    while true { sleep(3600) }
+}
 
 var arguments = Array(CommandLine.arguments.dropFirst())
 let flags = Set(arguments.filter { $0.hasPrefix("--") })
@@ -145,6 +152,23 @@ case "client":
     say("sent \(threads * count)")
     exit(0)
 
+case "flood":
+    // Sends COUNT messages id 1, each naming a port of its own (queue limit 1024) for the reply, and never
+    // reads that port: the replies pile up here (the test stops this process to make them pile up there).
+    guard arguments.count == 4, let count = Int(arguments[3]) else { fail("usage") }
+    let service: PortSendRight
+    do { service = try namespace.lookUp(name) } catch { fail("lookUp: \(error)") }
+    let replies: PortReceiveRight
+    do { replies = try PortReceiveRight(queueLimit: 1024) } catch { fail("port: \(error)") }
+    say("ready \(getpid())")
+    for i in 0..<count {
+        do { try service.send(id: 1, bytes: [UInt8(truncatingIfNeeded: i)], replyPort: replies.makeSendRight()) } catch {
+            fail("send: \(error)")
+        }
+    }
+    say("sent \(count)")
+    while true { sleep(3600) }
+
 case "hold":
     let service: PortSendRight
     do { service = try namespace.lookUp(name) } catch { fail("lookUp: \(error)") }
@@ -157,7 +181,7 @@ case "hold":
                          timeout: .seconds(10))
     } catch { fail("send: \(error)") }
     say("ready \(getpid())")
-    while true { sleep(3600) }
+    park(holding: mine)
 
 case "lookup":
     if flags.contains("--as-nobody") {

@@ -119,3 +119,10 @@ func processResources() -> (descriptors: Int, threads: Int) {
     let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? -1
     return (descriptors, threads)
 }
+
+/// This process's resident memory (VmRSS in /proc/self/status), in KiB.
+func residentKilobytes() -> Int {
+    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }) else { return -1 }
+    return Int(line.split(separator: " ").dropFirst().first ?? "") ?? -1
+}

@@ -1,0 +1,134 @@
+import Foundation
+import PortLoop
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A peer killed at any moment: its rights to our ports go, our rights to its ports become dead names, waiting
+/// senders and requests fail at once, nothing leaks; what it fully sent is delivered, once, in order.
+@Suite("Across processes: peer death", .serialized)
+struct CrossProcessFaultTests {
+    @Test("killing a service wakes a sender blocked on its full port and a request waiting for its reply, typed, at once")
+    func waitersFailAtOnce() throws {
+        let space = TemporaryNamespace()
+        let service = try Peer(["serve", space.path, "victim", "1", "65536", "--paused"])
+        #expect(service.ready())
+        let right = try space.namespace.lookUp("victim")
+        try right.send(id: 8, bytes: Array("\(getpid()) 0 0".utf8), timeout: .seconds(5)) // fills the queue
+        let blockedError = Locked<String?>(nil)
+        let requestError = Locked<String?>(nil)
+        let sender = TestThread {
+            do { try right.send(id: 8, bytes: [], timeout: .forever) } catch { blockedError.withLock { $0 = "\(error)" } }
+        }
+        let requester = TestThread {
+            do { _ = try right.request(id: 1, bytes: [], timeout: .forever) } catch {
+                requestError.withLock { $0 = "\(error)" }
+            }
+        }
+        sleepMilliseconds(100)
+        #expect(blockedError.current == nil && requestError.current == nil)
+        let killedAt = nowNanoseconds()
+        service.kill()
+        sender.join()
+        requester.join()
+        let took = Double(nowNanoseconds() - killedAt) / 1e6
+        #expect(took < 2_000, "waiters took \(took) ms to fail")
+        #expect(blockedError.current == "\(PortError.invalidDestination)")
+        #expect(requestError.current == "\(PortError.invalidDestination)")
+        #expect(right.isDeadName)
+    }
+
+    @Test("killing a client releases its rights to our ports and makes our rights to its ports dead names")
+    func clientDeath() throws {
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("watched", queueLimit: 8)
+        let baseline = port.sendRightCount
+        let holder = try Peer(["hold", space.path, "watched"])
+        let request = try port.receive(timeout: .seconds(10))
+        try request.replyPort?.send(id: 102, timeout: .poll)
+        let held = try port.receive(timeout: .seconds(10))
+        #expect(holder.ready())
+        guard case let .sendRight(theirs)? = held.attachments.first else {
+            Issue.record("no right in \(held)")
+            return
+        }
+        #expect(theirs.isRemote)
+        #expect(!theirs.isDeadName)
+        #expect(port.sendRightCount > baseline)
+        holder.kill()
+        #expect(eventually { theirs.isDeadName })
+        #expect(throws: PortError.invalidDestination) { try theirs.send(id: 1, timeout: .poll) }
+        #expect(eventually { port.sendRightCount == baseline })
+    }
+
+    @Test("several sender processes with several threads each, some killed mid-stream: exactly once, in order per sender")
+    func exactlyOnceAndOrdered() throws {
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("sink", queueLimit: 32)
+        let finishers = try (0..<3).map { _ in try Peer(["client", space.path, "sink", "3", "400"]) }
+        let victims = try (0..<2).map { _ in try Peer(["client", space.path, "sink", "2", "100000"]) }
+        var last: [String: Int] = [:]
+        var counts: [Int32: Int] = [:]
+        var killed = false
+        let deadline = nowNanoseconds() + 60_000_000_000
+        while nowNanoseconds() < deadline {
+            guard let message = try? port.receive(timeout: .after(.milliseconds(500))) else {
+                if killed && finishers.allSatisfy({ !$0.process.isRunning }) { break }
+                continue
+            }
+            let parts = String(decoding: message.payload, as: UTF8.self).split(separator: " ")
+            guard parts.count == 3, let seq = Int(parts[2]) else { Issue.record("bad payload"); break }
+            let key = "\(parts[0]) \(parts[1])"
+            #expect(seq == (last[key] ?? -1) + 1, "\(key): \(seq) after \(last[key] ?? -1)")
+            last[key] = seq
+            #expect(message.sender.processID == Int32(parts[0]))
+            counts[message.sender.processID, default: 0] += 1
+            if !killed, counts.values.reduce(0, +) > 1500 {
+                for victim in victims { victim.kill() } // at whatever point each one is
+                killed = true
+            }
+        }
+        #expect(killed)
+        for finisher in finishers {
+            #expect(finisher.finish() == 0)
+            #expect(finisher.allLines.contains("sent 1200"))
+            #expect(counts[finisher.pid] == 1200)
+        }
+        for victim in victims { #expect((counts[victim.pid] ?? 0) < 200_000) }
+    }
+
+    @Test("1,000 connect/kill cycles leave no descriptor, thread, connection or right behind")
+    func noLeaksOverCycles() throws {
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("cycles", queueLimit: 1024)
+        let set = try PortSet()
+        try set.insert(port)
+        // Warm up (the transport thread, Foundation's process machinery, the allocator), then take the baseline.
+        for _ in 0..<5 { try cycle(space, port) }
+        sleepMilliseconds(200)
+        let before = processResources()
+        let memoryBefore = residentKilobytes()
+        let rightsBefore = port.sendRightCount
+        for _ in 0..<1000 { try cycle(space, port) }
+        #expect(eventually { CrossProcessStatistics.current.connections == 0 })
+        #expect(eventually { port.sendRightCount == rightsBefore })
+        #expect(eventually { processResources().descriptors <= before.descriptors },
+                "descriptors \(before.descriptors) → \(processResources().descriptors)")
+        #expect(eventually { processResources().threads <= before.threads },
+                "threads \(before.threads) → \(processResources().threads)")
+        #expect(CrossProcessStatistics.current.importedRights == 0)
+        #expect(CrossProcessStatistics.current.exportedRights == 0)
+        let grown = residentKilobytes() - memoryBefore
+        #expect(grown < 16 * 1024, "resident memory grew by \(grown) KiB over 1,000 cycles")
+    }
+
+    /// One cycle: a child connects, sends a request and a right to its own port, and is killed mid-wait.
+    func cycle(_ space: TemporaryNamespace, _ port: borrowing PortReceiveRight) throws {
+        let holder = try Peer(["hold", space.path, "cycles"])
+        let request = try port.receive(timeout: .seconds(10))
+        try request.replyPort?.send(id: 102, timeout: .poll)
+        _ = try port.receive(timeout: .seconds(10))
+        holder.kill()
+    }
+}

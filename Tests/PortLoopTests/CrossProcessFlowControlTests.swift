@@ -1,0 +1,116 @@
+import Foundation
+import PortLoop
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The queue limit holds across processes: remote senders block, time out, or fail at once with `.poll`, and
+/// nothing buffers without bound on either side.
+@Suite("Across processes: back-pressure")
+struct CrossProcessFlowControlTests {
+    @Test("a service that does not receive takes exactly its queue limit from a remote sender, then poll fails at once")
+    func queueLimitHolds() throws {
+        let space = TemporaryNamespace()
+        let service = try Peer(["serve", space.path, "slow", "5", "65536", "--paused"])
+        #expect(service.ready())
+        let right = try space.namespace.lookUp("slow")
+        let me = getpid()
+        var accepted = 0
+        while accepted < 50,
+              (try? right.send(id: 8, bytes: Array("\(me) 0 \(accepted)".utf8), timeout: .poll)) != nil {
+            accepted += 1
+        }
+        #expect(accepted == 5)
+        // A timed send waits its timeout, no less.
+        let waited = try elapsedMilliseconds {
+            #expect(throws: PortError.timedOut) {
+                try right.send(id: 8, bytes: Array("\(me) 0 \(accepted)".utf8), timeout: .after(.milliseconds(200)))
+            }
+        }
+        #expect(waited >= 199)
+
+        // A sender blocked for room goes on once the service receives.
+        let blocked = Locked<String?>(nil)
+        let done = Locked(false)
+        let sender = TestThread {
+            do {
+                try right.send(id: 8, bytes: Array("\(me) 0 5".utf8), timeout: .forever)
+            } catch {
+                blocked.withLock { $0 = "\(error)" }
+            }
+            done.withLock { $0 = true }
+        }
+        sleepMilliseconds(100)
+        #expect(!done.current)
+        service.tell("go")
+        sender.join()
+        #expect(blocked.current == nil)
+        let report = try right.request(id: 9, timeout: .seconds(10))
+        #expect(String(decoding: report.payload, as: UTF8.self) == "received 6 \(me) 0=5")
+    }
+
+    @Test("local and remote senders share one queue limit")
+    func sharedLimit() throws {
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("shared", queueLimit: 4)
+        let local = port.makeSendRight()
+        let client = try Peer(["client", space.path, "shared", "1", "6"])
+        // The child can put at most the queue limit in; it blocks on the rest.
+        #expect(eventually { port.messageCount == 4 })
+        sleepMilliseconds(50)
+        #expect(port.messageCount == 4)
+        #expect(throws: PortError.timedOut) { try local.send(id: 1, timeout: .poll) }
+        // Receiving makes room, and the remote sender takes it.
+        var received = 0
+        while received < 6 {
+            _ = try port.receive(timeout: .seconds(10))
+            received += 1
+        }
+        #expect(client.finish() == 0)
+        #expect(port.messageCount == 0)
+        // Room lent to the departed client came back: local senders fill the queue again.
+        for i in 0..<4 { try local.send(id: Int32(i), timeout: .seconds(5)) }
+        #expect(throws: PortError.timedOut) { try local.send(id: 9, timeout: .poll) }
+    }
+
+    @Test("room lent to a remote client that stopped sending is reclaimed for a local sender")
+    func reclaim() throws {
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("lent", queueLimit: 8)
+        // A child holds a right (and so credit) and sends nothing more while it holds it.
+        let holder = try Peer(["hold", space.path, "lent"])
+        let first = try port.receive(timeout: .seconds(10)) // its request (id 2)
+        first.replyPort.map { try? $0.send(id: 102, timeout: .poll) }
+        _ = try port.receive(timeout: .seconds(10)) // its message with a right
+        #expect(holder.ready())
+        let local = port.makeSendRight()
+        for i in 0..<8 { try local.send(id: Int32(i), timeout: .seconds(5)) }
+        #expect(port.messageCount == 8)
+    }
+
+    @Test("a client that stops reading cannot stall the service's other clients")
+    func stoppedClient() throws {
+        let space = TemporaryNamespace()
+        let source = RunLoopPortSource(port: try space.namespace.checkIn("busy", queueLimit: 256, maxMessageSize: 65536)) { _ in
+            PortReply(id: 101, bytes: [UInt8](repeating: 7, count: 60_000))
+        }
+        let thread = try RunLoopThread(name: "ipc-busy")
+        defer { thread.stop() }
+        try thread.loop.add(source, mode: .default)
+        // A greedy client floods requests, then is stopped: its replies pile up unread.
+        let greedy = try Peer(["flood", space.path, "busy", "400"])
+        #expect(greedy.ready())
+        sleepMilliseconds(50)
+        kill(greedy.pid, SIGSTOP)
+        defer { kill(greedy.pid, SIGCONT) }
+        // Another client is served promptly all the same.
+        for i in 0..<20 {
+            let elapsed = try elapsedMilliseconds {
+                let reply = try space.namespace.lookUp("busy").request(id: 1, bytes: [UInt8(i)], timeout: .seconds(10))
+                #expect(reply.payload.count == 60_000)
+            }
+            #expect(elapsed < 5_000)
+        }
+    }
+}
