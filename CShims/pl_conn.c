@@ -111,7 +111,9 @@ pl_status_t pl_conn_put_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size
         int sent = pl_conn_sendmsg(conn->fd, bytes, length, fds, fd_count);
         if (sent > 0) return PL_OK;
         if (sent < 0) {
-            pl_transport_kill(conn, "the socket refused a write");
+            /* The peer is gone. What it sent before going is still to be read (a refusal, its last messages):
+             * the transport ends the connection when it reads the end. Any other failure ends it now. */
+            if (errno != EPIPE && errno != ECONNRESET) pl_transport_kill(conn, "the socket refused a write");
             return PL_ERR_INVALID_DEST;
         }
     }
@@ -133,8 +135,9 @@ void pl_conn_flush_outgoing(pl_conn_t *conn) {
         int sent = pl_conn_sendmsg(conn->fd, frame->bytes, frame->length, frame->fds, frame->fd_count);
         if (sent == 0) break;
         if (sent < 0) {
+            bool gone = errno == EPIPE || errno == ECONNRESET; /* the reader will see the end */
             pthread_mutex_unlock(&conn->write_lock);
-            pl_transport_kill(conn, "the socket refused a write");
+            if (!gone) pl_transport_kill(conn, "the socket refused a write");
             return;
         }
         conn->out_head = frame->next;

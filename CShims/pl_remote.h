@@ -256,6 +256,18 @@ void pl_service_accepted(pl_service_t *service, int fd);
 /* Closes the listening socket, unlinks the name, drops the lock (the transport thread). */
 void pl_service_withdraw(pl_service_t *service);
 
+/* ---- control messages (pl_cmsg.c) ---- */
+
+struct msghdr;
+/* Descriptors (at most PL_WIRE_MAX_ATTACHMENTS; more are closed and *too_many set) and the sender's credentials
+ * (SCM_CREDENTIALS, SCM_PIDFD: *has_sender) from a received packet's control messages. */
+void pl_cmsg_collect(struct msghdr *msg, int *fds, uint32_t *fd_count, bool *too_many, pl_sender_t *sender,
+                     bool *has_sender);
+/* Asks the kernel to pass the sender's credentials with every packet (SO_PASSCRED, SO_PASSPIDFD), or stops. */
+void pl_cmsg_ask_credentials(int fd, bool on);
+/* Room for every control message a packet may come with. */
+#define PL_CMSG_SPACE (CMSG_SPACE(sizeof(int) * PL_WIRE_MAX_ATTACHMENTS) + CMSG_SPACE(sizeof(int) * 3) + CMSG_SPACE(sizeof(int)))
+
 /* ---- identity (pl_identity.c) ---- */
 
 /* The credentials of a connected socket's peer (SO_PEERCRED, SO_PEERPIDFD). */

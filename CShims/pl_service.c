@@ -281,6 +281,8 @@ static pl_port_t *pl_bootstrap_right_locked(pl_conn_t *conn) {
 static pl_status_t pl_connect(const struct sockaddr_un *address, int64_t deadline, int *out_fd) {
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return pl_system_failure("socket");
+    /* The service's hello will say who it is, in the kernel's words (see pl_cmsg.c). */
+    pl_cmsg_ask_credentials(fd, true);
     for (;;) {
         if (connect(fd, (const struct sockaddr *)address, sizeof *address) == 0) break;
         if (errno == EINTR) continue;

@@ -305,7 +305,7 @@ static void pl_run_commands(void) {
 static void pl_read_conn(pl_conn_t *conn, uint8_t *buffer) {
     for (int i = 0; i < PL_FRAMES_PER_WAKE; i++) {
         union {
-            char bytes[CMSG_SPACE(sizeof(int) * PL_WIRE_MAX_ATTACHMENTS)];
+            char bytes[PL_CMSG_SPACE];
             struct cmsghdr align;
         } control;
         struct iovec iov = { .iov_base = buffer, .iov_len = PL_WIRE_MAX_FRAME };
@@ -321,18 +321,11 @@ static void pl_read_conn(pl_conn_t *conn, uint8_t *buffer) {
         /* Descriptors first: whatever happens to the frame, none may leak. */
         int fds[PL_WIRE_MAX_ATTACHMENTS];
         uint32_t fd_count = 0;
-        bool extra_fds = false;
-        for (struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg); cmsg != NULL; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
-            if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
-            size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            const unsigned char *data = CMSG_DATA(cmsg);
-            for (size_t k = 0; k < count; k++) {
-                int fd;
-                memcpy(&fd, data + k * sizeof fd, sizeof fd);
-                if (fd_count < PL_WIRE_MAX_ATTACHMENTS) fds[fd_count++] = fd;
-                else { close(fd); extra_fds = true; }
-            }
-        }
+        bool extra_fds = false, has_sender = false;
+        pl_sender_t sender = { 0 };
+        pl_cmsg_collect(&msg, fds, &fd_count, &extra_fds, &sender, &has_sender);
+        bool awaiting_hello = !conn->accepted && !conn->hello_received;
+        if (awaiting_hello && has_sender) conn->peer = sender; /* the service itself, as the kernel saw it send */
         const char *reason = NULL;
         if (msg.msg_flags & MSG_CTRUNC) reason = "frame: descriptors cut off";
         else if (msg.msg_flags & MSG_TRUNC) reason = "frame: over the largest frame";
@@ -340,6 +333,7 @@ static void pl_read_conn(pl_conn_t *conn, uint8_t *buffer) {
         if (reason != NULL) {
             for (uint32_t k = 0; k < fd_count; k++) close(fds[k]);
         } else if (pl_conn_receive_frame(conn, buffer, (size_t)n, fds, fd_count, &reason)) {
+            if (awaiting_hello) pl_cmsg_ask_credentials(conn->fd, false); /* the hello was all we needed */
             continue;
         }
         pl_transport_end(conn, reason);

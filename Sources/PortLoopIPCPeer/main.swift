@@ -19,6 +19,8 @@
 //   hold DIR NAME
 //       looks NAME up and sends it a message id 2 carrying a send right to a port of its own, which it never
 //       reads; then waits for ever (the test kills it).
+//   cycles DIR NAME COUNT
+//       the leak check: COUNT connect/kill cycles of `hold` children against a service of its own (see below).
 //   lookup DIR NAME [--as-nobody]
 //       looks NAME up and prints `ok` or `error <PortError>`; --as-nobody first drops to uid/gid 65534.
 //   request DIR NAME ID TEXT
@@ -40,10 +42,79 @@ func fail(_ why: String) -> Never {
     exit(1)
 }
 
+/// The value `body` makes, or the process fails saying what could not be made.
+func must<T: ~Copyable>(_ what: String, _ body: () throws -> T) -> T {
+    do { return try body() } catch { fail("\(what): \(error)") }
+}
+
 func text(_ bytes: [UInt8]) -> String { String(decoding: bytes, as: UTF8.self) }
 
+/// The leak check, in a process of its own so that nothing else moves its counts: checks `name` in, then
+/// `count` times starts a `hold` child, serves its request, takes its right and kills it with SIGKILL. Prints
+/// `before D T R` and `after D T R C I E S=then/now` (descriptors, threads, resident KiB, connections, imported
+/// and exported rights, and the service port's send rights before and after).
+func runCycles(_ namespace: PortNamespace, _ name: String, _ count: Int) -> Never {
+    let port = must("checkIn") { try namespace.checkIn(name, queueLimit: 1024) }
+    for _ in 0..<5 { cycle(namespace, name, port) } // warm up: the transport thread, Process, the allocator
+    usleep(200_000)
+    let rightsBefore = port.sendRightCount
+    say("before \(resourceCounts())")
+    for _ in 0..<count { cycle(namespace, name, port) }
+    var statistics = CrossProcessStatistics.current
+    for _ in 0..<2000 where statistics.connections > 0 || port.sendRightCount != rightsBefore {
+        usleep(5000)
+        statistics = CrossProcessStatistics.current
+    }
+    say("after \(resourceCounts()) \(statistics.connections) \(statistics.importedRights) \(statistics.exportedRights) S=\(rightsBefore)/\(port.sendRightCount)")
+    exit(0)
+}
+
+/// One connect/kill cycle of the leak check. posix_spawn and waitpid, not Foundation's Process, whose
+/// waitUntilExit looks for the exit only every 50 ms.
+func cycle(_ namespace: PortNamespace, _ name: String, _ port: borrowing PortReceiveRight) {
+    let arguments = [CommandLine.arguments[0], "hold", namespace.path, name]
+    let argv = arguments.map { strdup($0) } + [nil]
+    defer { argv.forEach { free($0) } }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    var child: pid_t = 0
+    guard posix_spawn(&child, CommandLine.arguments[0], &actions, nil, argv, environ) == 0 else { fail("posix_spawn") }
+    do {
+        let request = try port.receive(timeout: .seconds(10))
+        try request.replyPort?.send(id: 102, timeout: .poll)
+        _ = try port.receive(timeout: .seconds(10)) // with its right, dropped here
+    } catch { fail("cycle: \(error)") }
+    kill(child, SIGKILL)
+    var status: Int32 = 0
+    waitpid(child, &status, 0)
+}
+
+/// Descriptors, threads and resident KiB of this process, from /proc.
+func resourceCounts() -> String {
+    let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
+    let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? -1
+    let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+    let rss = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") }?.split(separator: " ").dropFirst().first ?? "-1"
+    return "\(fds) \(threads) \(rss)"
+}
+
+/// The `hold` role: looks the service up, sends it a right to a port of its own that it never reads, and waits.
+func hold(_ namespace: PortNamespace, _ name: String) -> Never {
+    let mine = must("port") { try PortReceiveRight(queueLimit: 1) }
+    do {
+        let service = try namespace.lookUp(name)
+        _ = try service.request(id: 2, bytes: Array("hold".utf8), timeout: .seconds(10))
+        try service.send(id: 2, bytes: Array("held".utf8), attachments: [.sendRight(mine.makeSendRight())],
+                         timeout: .seconds(10))
+    } catch { fail("send: \(error)") }
+    say("ready \(getpid())")
+    park(holding: mine)
+}
+
 /// Sleeps for ever while `port` lives (a local's lifetime may end at its last use).
-func park(holding port: borrowing PortReceiveRight) -> Never {
+func park(holding port: consuming PortReceiveRight) -> Never {
     while true { sleep(3600) }
 }
 
@@ -170,18 +241,11 @@ case "flood":
     while true { sleep(3600) }
 
 case "hold":
-    let service: PortSendRight
-    do { service = try namespace.lookUp(name) } catch { fail("lookUp: \(error)") }
-    let mine: PortReceiveRight
-    do { mine = try PortReceiveRight(queueLimit: 1) } catch { fail("port: \(error)") }
-    do {
-        let reply = try service.request(id: 2, bytes: Array("hold".utf8), timeout: .seconds(10))
-        _ = reply
-        try service.send(id: 2, bytes: Array("held".utf8), attachments: [.sendRight(mine.makeSendRight())],
-                         timeout: .seconds(10))
-    } catch { fail("send: \(error)") }
-    say("ready \(getpid())")
-    park(holding: mine)
+    hold(namespace, name)
+
+case "cycles":
+    guard arguments.count == 4, let count = Int(arguments[3]) else { fail("usage") }
+    runCycles(namespace, name, count)
 
 case "lookup":
     if flags.contains("--as-nobody") {

@@ -144,3 +144,67 @@ struct CrossProcessNamingTests {
         #expect(elsewhere.allLines.contains { $0.hasPrefix("error unknown service") }, "\(elsewhere.allLines)")
     }
 }
+
+/// Socket activation and who may connect: the service's policy judges the peer's credentials.
+@Suite("Across processes: activation and policy")
+struct CrossProcessPolicyTests {
+    /// A root-owned directory others may enter (0755) holding a socket anyone may connect to, passed to a
+    /// service started as systemd's socket activation starts one.
+    func activatedService(_ name: String) throws -> (TemporaryNamespace, ActivatedPeer) {
+        let space = TemporaryNamespace()
+        chmod(space.path, 0o755)
+        let listener = try listeningSocket(at: space.path + "/" + name)
+        defer { close(listener) }
+        let service = try ActivatedPeer(["serve", space.path, name], listener: listener, name: name)
+        return (space, service)
+    }
+
+    @Test("checkIn adopts the listening socket systemd passed under the service's name")
+    func socketActivation() throws {
+        let (space, service) = try activatedService("activated")
+        #expect(service.ready())
+        let right = try space.namespace.lookUp("activated")
+        let reply = try right.request(id: 1, bytes: Array("on demand".utf8), timeout: .seconds(10))
+        #expect(reply.payload == Array("on demand".utf8))
+        #expect(reply.sender.processID == service.pid)
+        // No lock file: the name is the service manager's to hold.
+        #expect(!FileManager.default.fileExists(atPath: space.path + "/.activated.lock"))
+    }
+
+    @Test("a process of another user (a child that drops to nobody) is refused by the default policy",
+          .enabled(if: geteuid() == 0, "dropping to nobody needs root"))
+    func otherUserRefused() throws {
+        let (space, service) = try activatedService("guarded")
+        #expect(service.ready())
+        let lines = try runPeer(["lookup", space.path, "guarded", "--as-nobody"])
+        #expect(lines.count == 1 && lines[0].hasPrefix("error refused"), "\(lines)")
+        // The same child as this user is admitted.
+        #expect(try runPeer(["lookup", space.path, "guarded"]) == ["ok"])
+    }
+
+    @Test("a policy that admits neither this user nor root refuses this process; one that names its uid admits it")
+    func narrowedPolicy() throws {
+        let space = TemporaryNamespace()
+        let closed = PeerPolicy(allowsSameUser: false, allowsRoot: false, userIDs: [geteuid() &+ 12345])
+        let port = try space.namespace.checkIn("closed", policy: closed)
+        #expect {
+            _ = try space.namespace.lookUp("closed")
+        } throws: { error in
+            if case .refused = error as? PortError { return true }
+            return false
+        }
+        let named = PeerPolicy(allowsSameUser: false, allowsRoot: false, userIDs: [geteuid()])
+        let open = try space.namespace.checkIn("named", policy: named)
+        let right = try space.namespace.lookUp("named")
+        try right.send(id: 4, timeout: .seconds(5))
+        #expect(try open.receive(timeout: .seconds(5)).id == 4)
+        #expect(CrossProcessStatistics.current.connections >= 1)
+        _ = port
+        #expect(!PeerPolicy.sameUser.admits(userID: geteuid() &+ 1, groupID: 0) || geteuid() &+ 1 == 0)
+        #expect(PeerPolicy.anyone.admits(userID: 4242, groupID: 4242))
+        #expect(PeerPolicy(allowsSameUser: false, allowsRoot: false, groupIDs: [77]).admits(userID: 4242, groupID: 77))
+        #expect(throws: PortError.self) {
+            _ = try space.namespace.checkIn("too-many", policy: PeerPolicy(userIDs: Array(0..<17)))
+        }
+    }
+}

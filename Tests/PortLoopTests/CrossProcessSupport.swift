@@ -126,3 +126,94 @@ func residentKilobytes() -> Int {
           let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }) else { return -1 }
     return Int(line.split(separator: " ").dropFirst().first ?? "") ?? -1
 }
+
+/// A child started as systemd's socket activation starts a service: `listener` is its descriptor 3, and
+/// LISTEN_FDS / LISTEN_FDNAMES name it (the helper's --activated flag sets LISTEN_PID, which only the child
+/// can know). Its standard output is read as a Peer's is.
+final class ActivatedPeer: @unchecked Sendable {
+    let pid: pid_t
+    private let lines = Locked<[String]>([])
+    private let reader: TestThread
+
+    init(_ arguments: [String], listener: Int32, name: String) throws {
+        let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        let path = directory.appendingPathComponent("PortLoopIPCPeer").path
+        var output: [Int32] = [0, 0]
+        guard pipe(&output) == 0 else { throw PortError.systemCallFailed(call: "pipe", errno: errno) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, listener, 3)
+        posix_spawn_file_actions_adddup2(&actions, output[1], 1)
+        posix_spawn_file_actions_addclose(&actions, output[0])
+        let argv = ([path] + arguments + ["--activated"]).map { strdup($0) } + [nil]
+        var environment = ProcessInfo.processInfo.environment
+        environment["LISTEN_FDS"] = "1"
+        environment["LISTEN_FDNAMES"] = name
+        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        var child: pid_t = 0
+        let rc = posix_spawn(&child, path, &actions, nil, argv, envp)
+        close(output[1])
+        guard rc == 0 else {
+            close(output[0])
+            throw PortError.systemCallFailed(call: "posix_spawn", errno: rc)
+        }
+        pid = child
+        let fd = output[0]
+        let lines = self.lines
+        reader = TestThread {
+            var pending: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let n = read(fd, &buffer, buffer.count)
+                if n <= 0 { break }
+                pending += buffer[0..<n]
+                while let newline = pending.firstIndex(of: 10) {
+                    lines.withLock { $0.append(String(decoding: pending[..<newline], as: UTF8.self)) }
+                    pending.removeSubrange(...newline)
+                }
+            }
+            close(fd)
+        }
+    }
+
+    func ready(within seconds: Double = 20) -> Bool {
+        eventually(within: seconds) { lines.current.contains { $0.hasPrefix("ready") } }
+    }
+
+    var allLines: [String] { lines.current }
+
+    func kill() {
+        Glibc.kill(pid, SIGKILL)
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        reader.join()
+    }
+
+    deinit { kill() }
+}
+
+/// A listening SOCK_SEQPACKET socket bound at `path`, whose file anyone may connect to (mode 0777).
+func listeningSocket(at path: String) throws -> Int32 {
+    let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    guard fd >= 0 else { throw PortError.systemCallFailed(call: "socket", errno: errno) }
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    withUnsafeMutableBytes(of: &address.sun_path) { raw in
+        let bytes = Array(path.utf8)
+        raw.copyBytes(from: bytes.prefix(raw.count - 1))
+    }
+    let bound = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+    }
+    guard bound == 0, listen(fd, 16) == 0, chmod(path, 0o777) == 0 else {
+        let error = errno
+        close(fd)
+        throw PortError.systemCallFailed(call: "bind/listen", errno: error)
+    }
+    return fd
+}
