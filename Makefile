@@ -15,7 +15,8 @@
 #   demo         port-driven wake-ups of a run loop, traced live, ~3 s (release build); flags through
 #                DEMO_ARGS, e.g. make demo DEMO_ARGS="--burst 200 --producers 4"
 #   bench        the benchmarks, full runs (release build); bench-quick: fewer iterations
-#   fuzz         the model-checked fuzz harness of the C layer for FUZZ_SECONDS (600); fuzz-quick: 30 s, in test
+#   fuzz         the C layer's fuzz harnesses (ports against a model; the wire) for FUZZ_SECONDS (600) each;
+#                fuzz-quick: 30 s and 60 s, in test
 #   leakcheck    the C send/receive/destroy stress program under AddressSanitizer + LeakSanitizer + UBSan,
 #                then under valgrind when it is installed (stress-valgrind)
 #   clean        remove every build directory
@@ -106,14 +107,16 @@ leakcheck: deps
 	    echo "leakcheck: valgrind not installed; skipping the valgrind run (ASan/LSan run passed)"; \
 	fi
 
-# The model-checked fuzz harness of the C layer (Tests/CFuzz): libFuzzer from the Swift toolchain's clang, with
-# AddressSanitizer, LeakSanitizer and UBSan. fuzz-quick (part of make test) runs it FUZZ_QUICK_SECONDS; fuzz runs
-# it FUZZ_SECONDS and prints libFuzzer's figures. The corpus grows in .build-fuzz/corpus, seeded from
-# Tests/CFuzz/corpus.
+# The C layer's fuzz harnesses (Tests/CFuzz), with libFuzzer from the Swift toolchain's clang, AddressSanitizer,
+# LeakSanitizer and UBSan: pl_fuzz_model (ports and sets against a reference model) and pl_fuzz_wire (what another
+# process can send: frames and the handshake). fuzz-quick (part of make test) runs them FUZZ_QUICK_SECONDS and
+# FUZZ_WIRE_QUICK_SECONDS; fuzz runs each FUZZ_SECONDS and prints libFuzzer's figures. The corpora grow in
+# .build-fuzz/corpus and .build-fuzz/wire-corpus, seeded from Tests/CFuzz/corpus and Tests/CFuzz/wire-corpus.
 FUZZ_CC            ?= $(dir $(realpath $(shell command -v $(SWIFT))))clang
 FUZZ_DIR           ?= .build-fuzz
 FUZZ_SECONDS       ?= 600
 FUZZ_QUICK_SECONDS ?= 30
+FUZZ_WIRE_QUICK_SECONDS ?= 60
 FUZZ_FLAGS          = -std=gnu11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fuse-ld=lld \
                       -ICShims/include -ICShims
 
@@ -121,13 +124,23 @@ $(FUZZ_DIR)/pl_fuzz_model: Tests/CFuzz/pl_fuzz_model.c $(wildcard CShims/*.c CSh
 	@mkdir -p $(FUZZ_DIR)/corpus
 	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ Tests/CFuzz/pl_fuzz_model.c $(wildcard CShims/*.c) $(DISPATCH_LIBS)
 
-fuzz-quick: $(FUZZ_DIR)/pl_fuzz_model
-	$(FUZZ_DIR)/pl_fuzz_model -max_total_time=$(FUZZ_QUICK_SECONDS) -print_final_stats=1 \
-	    $(FUZZ_DIR)/corpus Tests/CFuzz/corpus 2>&1 | grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss|Done )|ERROR|SUMMARY'
-	@echo "fuzz-quick: no failure in $(FUZZ_QUICK_SECONDS) s"
+$(FUZZ_DIR)/pl_fuzz_wire: Tests/CFuzz/pl_fuzz_wire.c $(wildcard CShims/*.c CShims/*.h CShims/include/*.h)
+	@mkdir -p $(FUZZ_DIR)/wire-corpus
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ Tests/CFuzz/pl_fuzz_wire.c $(wildcard CShims/*.c) $(DISPATCH_LIBS)
 
-fuzz: $(FUZZ_DIR)/pl_fuzz_model
+FUZZ_SUMMARY = grep -E '^(\#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss|Done )|ERROR|SUMMARY'
+
+fuzz-quick: $(FUZZ_DIR)/pl_fuzz_model $(FUZZ_DIR)/pl_fuzz_wire
+	$(FUZZ_DIR)/pl_fuzz_model -max_total_time=$(FUZZ_QUICK_SECONDS) -print_final_stats=1 \
+	    $(FUZZ_DIR)/corpus Tests/CFuzz/corpus 2>&1 | $(FUZZ_SUMMARY)
+	$(FUZZ_DIR)/pl_fuzz_wire -max_total_time=$(FUZZ_WIRE_QUICK_SECONDS) -print_final_stats=1 \
+	    $(FUZZ_DIR)/wire-corpus Tests/CFuzz/wire-corpus 2>&1 | $(FUZZ_SUMMARY)
+	@echo "fuzz-quick: no failure in $(FUZZ_QUICK_SECONDS) s (model) and $(FUZZ_WIRE_QUICK_SECONDS) s (wire)"
+
+fuzz: $(FUZZ_DIR)/pl_fuzz_model $(FUZZ_DIR)/pl_fuzz_wire
 	$(FUZZ_DIR)/pl_fuzz_model -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(FUZZ_DIR)/corpus Tests/CFuzz/corpus
+	$(FUZZ_DIR)/pl_fuzz_wire -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    $(FUZZ_DIR)/wire-corpus Tests/CFuzz/wire-corpus
 
 # The same program without sanitizers, under valgrind's leak checker (about 8 s). `leakcheck` runs it
 # when valgrind is installed; `make deps` does not install valgrind. DWARF 4: valgrind cannot read the

@@ -31,16 +31,20 @@ pl_port_t *pl_proxy_import_locked(pl_conn_t *conn, pl_wire_right_t right, bool m
             return NULL;
         }
         proxy->conn = conn;
+        pl_conn_retain(conn); /* the proxy's, released when its memory goes (pl_proxy_free) */
         proxy->handle = right.handle;
         proxy->max_size = right.max_size;
         port = pl_port_new_proxy(proxy);
         if (port == NULL || !pl_handle_map_put(&conn->imports, right.handle, port)) {
-            if (port != NULL) pl_port_release_internal(port); /* frees the proxy too, which holds no reference yet */
-            else free(proxy);
+            if (port != NULL) {
+                pl_port_release_internal(port); /* frees the proxy too */
+            } else {
+                pl_conn_release(conn);
+                free(proxy);
+            }
             *reason = "out of memory for a proxy";
             return NULL;
         }
-        pl_conn_retain(conn);
         proxy->in_table = true;
         atomic_fetch_add_explicit(&pl_import_count, 1, memory_order_relaxed);
     }

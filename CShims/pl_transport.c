@@ -104,6 +104,14 @@ static void pl_post(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *port, co
     if (conn != NULL) pl_conn_retain(conn);
     if (port != NULL) pl_port_retain_internal(port);
     pthread_mutex_lock(&T.lock);
+    if (!T.started) {
+        /* No transport (a connection driven by hand, as the fuzz harness does): nothing to hand the work to. */
+        pthread_mutex_unlock(&T.lock);
+        if (conn != NULL) pl_conn_release(conn);
+        if (port != NULL) pl_port_release_internal(port);
+        free(command);
+        return;
+    }
     if (T.tail != NULL) T.tail->next = command; else T.head = command;
     T.tail = command;
     bool wake = !T.wake_pending;
@@ -156,6 +164,7 @@ pl_status_t pl_transport_add_service(pl_service_t *service) {
 }
 
 void pl_transport_want_writable(pl_conn_t *conn) {
+    if (T.epoll_fd < 0) return;
     struct epoll_event event = { .events = EPOLLIN | EPOLLRDHUP | EPOLLOUT,
                                  .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN };
     epoll_ctl(T.epoll_fd, EPOLL_CTL_MOD, conn->fd, &event); /* write_lock held: the descriptor is open */

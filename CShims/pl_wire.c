@@ -48,12 +48,12 @@ static bool pl_right_valid(const uint8_t *p, bool may_be_none, bool may_be_fd, c
         }
         return true;
     case PL_RIGHT_SENDERS:
-        if (right.handle == 0) { *reason = "right: handle 0"; return false; }
+        if (right.handle == 0 || right.handle == PL_WIRE_HANDLE_NONE) { *reason = "right: reserved handle"; return false; }
         if (right.max_size < 1 || right.max_size > PL_MSG_SIZE_MAX) { *reason = "right: max size out of range"; return false; }
         if (right.credits > PL_QLIMIT_MAX) { *reason = "right: credits over the queue limit"; return false; }
         return true;
     case PL_RIGHT_YOURS:
-        if (right.handle == 0) { *reason = "right: handle 0"; return false; }
+        if (right.handle == 0 || right.handle == PL_WIRE_HANDLE_NONE) { *reason = "right: reserved handle"; return false; }
         if (right.credits != 0 || right.max_size != 0) { *reason = "right: credits on a returned right"; return false; }
         return true;
     case PL_RIGHT_FD:
@@ -78,7 +78,8 @@ static bool pl_decode_hello(const uint8_t *body, size_t size, pl_wire_frame_t *f
     if (hello->magic != PL_WIRE_MAGIC) { *reason = "hello: bad magic"; return false; }
     if (hello->version != PL_WIRE_VERSION) { *reason = "hello: unsupported version"; return false; }
     if (hello->status > PL_HELLO_FULL) { *reason = "hello: unknown status"; return false; }
-    if (hello->max_frame < 4096 || hello->max_frame > PL_WIRE_MAX_FRAME) { *reason = "hello: max frame out of range"; return false; }
+    /* Version 1 frames are at most PL_WIRE_MAX_FRAME bytes either way; the field lets a later version differ. */
+    if (hello->max_frame != PL_WIRE_MAX_FRAME) { *reason = "hello: a largest frame version 1 does not use"; return false; }
     if (!pl_right_valid(body + 12, true, false, reason)) return false;
     hello->bootstrap = pl_read_right(body + 12);
     if (hello->bootstrap.kind == PL_RIGHT_YOURS) { *reason = "hello: bootstrap names a right of the receiver"; return false; }
@@ -99,7 +100,8 @@ static bool pl_decode_message(const uint8_t *body, size_t size, uint8_t flags, u
     m->fd_count = pl_get16(body + 18);
     m->credit_handle = pl_get32(body + 20);
     m->credit_count = pl_get32(body + 24);
-    if (m->dest == 0) { *reason = "message: destination handle 0"; return false; }
+    if (m->dest == 0 || m->dest == PL_WIRE_HANDLE_NONE) { *reason = "message: reserved destination handle"; return false; }
+    if (m->credit_handle == PL_WIRE_HANDLE_NONE) { *reason = "message: reserved credit handle"; return false; }
     if (m->total_size > PL_MSG_SIZE_MAX) { *reason = "message: larger than any port takes"; return false; }
     if ((m->credit_handle == 0) != (m->credit_count == 0)) { *reason = "message: half a credit"; return false; }
     if (m->credit_count > PL_QLIMIT_MAX) { *reason = "message: credit over the queue limit"; return false; }
@@ -156,7 +158,10 @@ static bool pl_decode_control(const uint8_t *body, size_t size, uint8_t type, ui
     frame->u.control.count = size >= 8 ? pl_get32(body + 4) : 0;
     frame->u.control.flags = 0;
     frame->u.control.transfers = 0;
-    if (frame->u.control.handle == 0) { *reason = "control: handle 0"; return false; }
+    if (frame->u.control.handle == 0 || frame->u.control.handle == PL_WIRE_HANDLE_NONE) {
+        *reason = "control: reserved handle";
+        return false;
+    }
     switch (type) {
     case PL_FRAME_CREDIT:
         if (frame->u.control.count > PL_QLIMIT_MAX) { *reason = "credit: over the queue limit"; return false; }

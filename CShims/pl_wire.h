@@ -26,6 +26,7 @@
 #define PL_WIRE_VERSION 1u
 #define PL_WIRE_MAX_FRAME 65536u       /* largest frame either side sends or accepts, header included */
 #define PL_WIRE_MAX_ATTACHMENTS 64u    /* rights and descriptors per message, the reply right not counted */
+#define PL_WIRE_HANDLE_NONE 0xffffffffu /* never a handle, nor is 0: handles are 1 … 2^32 - 2 */
 #define PL_WIRE_HEADER_SIZE 8u
 #define PL_WIRE_HELLO_SIZE (PL_WIRE_HEADER_SIZE + 28u)
 #define PL_WIRE_RIGHT_SIZE 16u

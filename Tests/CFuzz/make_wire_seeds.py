@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of pl_fuzz_wire (Tests/CFuzz/wire-corpus): well-formed conversations, one per file,
+in the harness's input format (see pl_fuzz_wire.c). The layout follows CShims/pl_wire.h; run it again after
+changing the wire."""
+import os
+import struct
+
+HELLO, MESSAGE, CREDIT, WANT, RECLAIM, RETURN, RELEASE, DEAD = 1, 2, 3, 4, 5, 6, 7, 8
+NONE, SENDERS, YOURS, FD = 0, 1, 2, 3
+
+
+def frame(kind, flags, body):
+    return struct.pack("<BBHI", kind, flags, 0, 8 + len(body)) + body
+
+
+def right(kind=NONE, handle=0, credits=0, max_size=0):
+    return struct.pack("<BBHIII", kind, 0, 0, handle, credits, max_size)
+
+
+def hello(status=0, bootstrap=right()):
+    return frame(HELLO, 0, struct.pack("<IHHI", 0x50494C50, 1, status, 65536) + bootstrap)
+
+
+def message(dest, ident, payload, total=None, offset=0, reply=right(), attachments=(), fds=0, more=False,
+            credit=(0, 0)):
+    total = len(payload) if total is None else total
+    head = struct.pack("<IiIIHHII", dest, ident, total, offset, len(attachments), fds, credit[0], credit[1])
+    return frame(MESSAGE, 1 if more else 0, head + reply + b"".join(attachments) + payload)
+
+
+def control(kind, handle, value=None, extra=None):
+    body = struct.pack("<I", handle)
+    if value is not None:
+        body += struct.pack("<I", value)
+    if extra is not None:
+        body += struct.pack("<I", extra)
+    return frame(kind, 0, body)
+
+
+def conversation(service_side, packets):
+    out = bytes([1 if service_side else 0])
+    for fd_count, packet in packets:
+        out += bytes([fd_count]) + struct.pack("<H", len(packet)) + packet
+    return out
+
+
+seeds = {
+    "service-messages-and-credit": conversation(True, [
+        (0, hello()),
+        (0, message(1, 7, b"hello")),
+        (0, control(WANT, 1, 1)),
+        (0, control(RETURN, 1, 0)),
+        (0, message(1, 8, b"again", credit=(3, 1))),
+        (0, control(RELEASE, 1, 1, 0)),
+    ]),
+    "service-reply-right-and-fragments": conversation(True, [
+        (0, hello()),
+        (0, message(1, 9, b"ask", reply=right(SENDERS, 7, 1, 64))),
+        (0, message(1, 10, b"A" * 600, total=1000, more=True)),
+        (0, message(1, 10, b"B" * 400, total=1000, offset=600)),
+        (0, message(1, 11, b"", reply=right(YOURS, 1))),
+    ]),
+    "service-descriptor-and-rights": conversation(True, [
+        (0, hello()),
+        (1, message(1, 12, b"fd", attachments=[right(FD, 0), right(SENDERS, 9, 0, 128)], fds=1)),
+        (0, control(WANT, 1, 0)),
+    ]),
+    "client-welcome": conversation(False, [
+        (0, hello(0, right(SENDERS, 1, 2, 1024))),
+        (0, control(CREDIT, 1, 3)),
+        (0, control(RECLAIM, 1)),
+        (0, control(DEAD, 1)),
+        (0, message(1, 13, b"to the client's own port")),
+    ]),
+    "client-refused": conversation(False, [(0, hello(1))]),
+}
+
+directory = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire-corpus")
+os.makedirs(directory, exist_ok=True)
+for name, data in seeds.items():
+    with open(os.path.join(directory, name), "wb") as f:
+        f.write(data)
