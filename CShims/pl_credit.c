@@ -335,10 +335,15 @@ void pl_remote_port_destroyed(pl_port_t *port) {
     pl_notice_t *notices;
     pthread_mutex_lock(&port->lock);
     uint32_t count = pl_collect_locked(port, &notices, pl_pick_for_death);
-    bool service = port->service != NULL;
+    pl_service_t *service = port->service;
     pthread_mutex_unlock(&port->lock);
     pl_notify(notices, count, PL_FRAME_DEAD);
-    if (service) pl_transport_port_destroyed(port);
+    if (service != NULL) {
+        /* The name goes now, on this thread, so that a process that exits right after destroying the port
+         * leaves no socket behind; the listening socket itself is the transport thread's to close. */
+        pl_service_unlink(service);
+        pl_transport_port_destroyed(port);
+    }
 }
 
 void pl_conn_unexport_locked(pl_conn_t *conn, const pl_wire_right_t *rights, uint32_t count) {

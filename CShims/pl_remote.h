@@ -247,12 +247,15 @@ struct pl_service {
     pl_policy_t policy;
     uint32_t connections;     /* the transport thread's */
     bool withdrawn;
+    atomic_bool unlinked;     /* the socket's name is gone (by whoever destroyed the port, or the withdrawal) */
     struct pl_service *next;
 };
 
 void pl_service_release(pl_service_t *service);
 /* The transport thread accepted `fd` on the service: check the peer, start the connection. */
 void pl_service_accepted(pl_service_t *service, int fd);
+/* Unlinks the service's socket (once; any thread, while the service holds its lock). */
+void pl_service_unlink(pl_service_t *service);
 /* Closes the listening socket, unlinks the name, drops the lock (the transport thread). */
 void pl_service_withdraw(pl_service_t *service);
 

@@ -146,11 +146,16 @@ void pl_service_release(pl_service_t *service) {
     free(service);
 }
 
+void pl_service_unlink(pl_service_t *service) {
+    /* Only while our lock is held: no other process can have bound the name since. */
+    if (service->path != NULL && !atomic_exchange(&service->unlinked, true)) unlink(service->path);
+}
+
 void pl_service_withdraw(pl_service_t *service) {
     if (service->withdrawn) return;
     service->withdrawn = true;
     /* The name goes before the lock does, so that the next holder never finds our socket. */
-    if (service->path != NULL) unlink(service->path);
+    pl_service_unlink(service);
     if (service->listen_fd >= 0) close(service->listen_fd);
     service->listen_fd = -1;
     if (service->lock_fd >= 0) close(service->lock_fd);
