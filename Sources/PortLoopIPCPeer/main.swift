@@ -100,21 +100,22 @@ func resourceCounts() -> String {
     return "\(fds) \(threads) \(rss)"
 }
 
-/// The `hold` role: looks the service up, sends it a right to a port of its own that it never reads, and waits.
+/// The `hold` role: looks the service up, sends it a right to a port of its own that it never reads, and waits
+/// holding both rights until it is killed.
 func hold(_ namespace: PortNamespace, _ name: String) -> Never {
     let mine = must("port") { try PortReceiveRight(queueLimit: 1) }
+    let service = must("lookUp") { try namespace.lookUp(name) }
     do {
-        let service = try namespace.lookUp(name)
         _ = try service.request(id: 2, bytes: Array("hold".utf8), timeout: .seconds(10))
         try service.send(id: 2, bytes: Array("held".utf8), attachments: [.sendRight(mine.makeSendRight())],
                          timeout: .seconds(10))
     } catch { fail("send: \(error)") }
     say("ready \(getpid())")
-    park(holding: mine)
+    park(holding: mine, and: service)
 }
 
 /// Sleeps for ever while `port` lives (a local's lifetime may end at its last use).
-func park(holding port: consuming PortReceiveRight) -> Never {
+func park(holding port: consuming PortReceiveRight, and right: PortSendRight) -> Never {
     while true { sleep(3600) }
 }
 
