@@ -38,7 +38,8 @@ public struct PortNamespace: Sendable, Hashable, CustomStringConvertible {
                 throw .invalidArgument(argument: "PORTLOOP_NAMESPACE",
                                        reason: "the namespace path must be absolute and at most \(PL_NAMESPACE_PATH_MAX) bytes")
             }
-            return PortNamespace(path: String(cString: buffer))
+            let length = buffer.firstIndex(of: 0) ?? buffer.count
+            return PortNamespace(path: String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self))
         }
     }
 
