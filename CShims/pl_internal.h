@@ -70,6 +70,13 @@ struct pl_port {
     struct pl_service *service; /* checked in under a name (the transport thread's) */
 };
 
+/* Whether a receive on the port can never succeed (lock held): empty, no send right left anywhere, and its
+ * receiver asked to be told (pl_port_set_no_senders_wakes). */
+static inline bool pl_port_senderless_locked(const pl_port_t *port) {
+    return port->no_senders_wakes && port->count == 0 &&
+           atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0;
+}
+
 /* Whether a port has no room for one more message from a local sender (lock held). */
 static inline bool pl_port_full_locked(const pl_port_t *port) {
     return port->count + port->reserved >= port->qlimit;

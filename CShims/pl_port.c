@@ -164,11 +164,20 @@ pl_status_t pl_port_release_send(pl_port_t *port) {
         if (port->proxy != NULL) {
             pl_proxy_unused(port); /* tell the owner; a transfer arriving meanwhile revives it */
         } else {
-            /* A receiver waiting for a reply that can no longer come: wake it. */
+            /* A receiver waiting for a reply that can no longer come: wake it, directly or through its sets,
+             * which report the port as PL_ERR_NO_SENDERS. */
+            pl_wake_list_t wakes = { .count = 0 };
             pthread_mutex_lock(&port->lock);
-            bool wake = port->no_senders_wakes && port->waiting_receivers > 0;
+            bool senderless = pl_port_senderless_locked(port);
+            bool wake = senderless && port->waiting_receivers > 0;
+            if (senderless) {
+                for (pl_membership_t *m = port->memberships; m != NULL; m = m->next_of_port) {
+                    pl_port_set_mark_ready_locked(m, false, &wakes);
+                }
+            }
             pthread_mutex_unlock(&port->lock);
             if (wake) pthread_cond_broadcast(&port->receivers);
+            pl_wake_list_run(&wakes);
         }
     }
     pl_port_release_internal(port);
@@ -503,12 +512,6 @@ pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *bu
 static void pl_received_reset(pl_received_t *out) {
     memset(out, 0, sizeof *out);
     out->fd = -1;
-}
-
-/* Whether a receive on the port can never succeed: empty, no sender left, and the receiver asked to know. */
-static inline bool pl_port_senderless_locked(const pl_port_t *port) {
-    return port->no_senders_wakes && port->count == 0 &&
-           atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0;
 }
 
 pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity,

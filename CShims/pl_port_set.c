@@ -418,7 +418,15 @@ static pl_status_t pl_take_from_ready_port(pl_port_set_t *set, pl_received_t *ou
     bool wake_receiver = false, wake_sender = false;
     pthread_mutex_lock(&port->lock);
     *handled = port->count > 0;
-    if (*handled) {
+    if (!*handled && pl_port_senderless_locked(port)) {
+        /* Nothing can arrive any more: report the port, once (it has left the ready FIFO). */
+        *handled = true;
+        status = PL_ERR_NO_SENDERS;
+        out->kind = PL_RECEIVED_MESSAGE;
+        out->arrival_name = port->name;
+        out->arrival_context = atomic_load_explicit(&port->context, memory_order_acquire);
+        out->fd = -1;
+    } else if (*handled) {
         status = pl_port_dequeue_locked(port, out, buffer, capacity);
         /* m may have been freed while unlocked; look the membership up again under the port lock. */
         pl_membership_t *again = pl_find_membership_locked(port, set);
@@ -474,6 +482,15 @@ next_ready_port:
     uint32_t taken = 0, sender_wakes = 0;
     size_t used = 0;
     pthread_mutex_lock(&port->lock);
+    if (port->count == 0 && pl_port_senderless_locked(port)) {
+        /* A no-senders report is pl_port_set_receive's to make: back to the head, and the caller falls back. */
+        pl_membership_t *again = pl_find_membership_locked(port, set);
+        if (again != NULL) pl_port_set_mark_ready_locked(again, true, &wakes);
+        pthread_mutex_unlock(&port->lock);
+        pl_wake_list_run(&wakes);
+        pl_port_release_internal(port);
+        return PL_ERR_TIMED_OUT;
+    }
     if (port->count == 0) {
         /* Emptied by another receiver since it was queued as ready: the next ready port may hold messages. */
         pthread_mutex_unlock(&port->lock);

@@ -122,3 +122,50 @@ struct CrossProcessFaultTests {
         #expect(rights.count == 2 && rights[0] == rights[1], "the service port's send rights: \(fields.last ?? "")")
     }
 }
+
+/// A request whose reply can never come fails at once: the replier let go of the reply right, or died.
+@Suite("Requests without a reply")
+struct NoReplyTests {
+    @Test("in-process: a port source whose handler returns nil fails the request at once with noReply, sync and async")
+    func handlerWithoutReply() async throws {
+        let source = try RunLoopPortSource { _ in nil }
+        let thread = try RunLoopThread(name: "no-reply")
+        defer { thread.stop() }
+        try thread.loop.add(source, mode: .default)
+        let right = source.makeSendRight()
+        let took = elapsedMilliseconds {
+            #expect(throws: PortError.noReply) { try right.request(id: 1, timeout: .seconds(30)) }
+        }
+        #expect(took < 10_000)
+        let start = nowNanoseconds()
+        await #expect(throws: PortError.noReply) { try await right.request(id: 1, timeout: .seconds(30)) }
+        #expect(nowNanoseconds() - start < 10_000_000_000)
+        // A handler that answers still gets its answer through.
+        let echo = try RunLoopPortSource { PortReply(id: 2, bytes: $0.payload) }
+        try thread.loop.add(echo, mode: .default)
+        #expect(try await echo.makeSendRight().request(id: 1, bytes: [5], timeout: .seconds(10)).payload == [5])
+    }
+
+    @Test("across processes: async requests fail at once with noReply when unanswered, invalidDestination when the service dies")
+    func asyncAcrossProcesses() async throws {
+        let space = TemporaryNamespace()
+        let service = try Peer(["serve", space.path, "async", "4", "65536"])
+        #expect(service.ready())
+        let right = try space.namespace.lookUp("async")
+        #expect(try await right.request(id: 1, bytes: [3], timeout: .seconds(10)).payload == [3])
+        await #expect(throws: PortError.noReply) { try await right.request(id: 6, timeout: .seconds(30)) }
+
+        let paused = try Peer(["serve", space.path, "dying", "4", "65536", "--paused"])
+        #expect(paused.ready())
+        let dying = try space.namespace.lookUp("dying")
+        async let outcome: PortError? = {
+            do { _ = try await dying.request(id: 1, timeout: .seconds(60)); return nil } catch { return error as? PortError }
+        }()
+        try await Task.sleep(for: .milliseconds(100))
+        let killedAt = nowNanoseconds()
+        paused.kill()
+        let error = await outcome
+        #expect(error == .invalidDestination)
+        #expect(nowNanoseconds() - killedAt < 5_000_000_000)
+    }
+}

@@ -136,14 +136,14 @@ struct CrossProcessMessagingTests {
     func requestErrors() throws {
         let served = try service()
         let server = served.right
-        let quick = try elapsedMilliseconds {
+        let quick = elapsedMilliseconds {
             #expect(throws: PortError.noReply) { try server.request(id: 6, timeout: .seconds(30)) }
         }
         #expect(quick < 10_000)
 
         let pausedService = try service("paused", ["64", "65536", "--paused"])
         let (paused, stalled) = (pausedService.peer, pausedService.right)
-        let waited = try elapsedMilliseconds {
+        let waited = elapsedMilliseconds {
             #expect(throws: PortError.timedOut) { try stalled.request(id: 1, timeout: .after(.milliseconds(200))) }
         }
         #expect(waited >= 199)

@@ -12,6 +12,8 @@ enum ParkOutcome: Sendable {
     case message(ReceivedMessage)
     /// Its iteration ended (the task was cancelled); the port is destroyed.
     case ended
+    /// No sender can reach its port any more, and the port asked to be told (a request's reply port).
+    case noSenders
     /// It could not be parked; it polls its port and tries again (see ``PortMessages``).
     case failed(ParkFailure)
 }
@@ -178,7 +180,13 @@ final class PortMessageReactor: @unchecked Sendable {
             let timeout = lock.withLock { waiters.isEmpty ? linger : .forever }
             let event: PortSetEvent
             do throws(PortError) {
-                event = try session.set.receive(timeout: timeout)
+                switch try session.set.receiveNotingSenderless(timeout: timeout) {
+                case let .event(received):
+                    event = received
+                case let .senderless(name):
+                    resume(name, session, with: .noSenders)
+                    continue
+                }
             } catch .timedOut {
                 let done = lock.withLock { () -> Bool in
                     guard waiters.isEmpty else { return false }
@@ -195,15 +203,20 @@ final class PortMessageReactor: @unchecked Sendable {
                 continue
             }
             guard case let .message(message) = event, message.arrivalPort != session.wakeUpName else { continue }
-            let waiter = lock.withLock { () -> Waiter? in
-                guard let waiter = waiters.removeValue(forKey: message.arrivalPort) else { return nil }
-                // Until its consumer asks again, the port keeps its messages to itself.
-                pl_port_set_extract(session.set.set, waiter.port)
-                return waiter
-            }
             // No waiter: it was cancelled after this message was taken, and its port is being destroyed; the
             // message goes the way of the port's other queued messages.
-            waiter?.continuation.resume(returning: .message(message))
+            resume(message.arrivalPort, session, with: .message(message))
         }
+    }
+
+    /// Hands an outcome to the waiter of `name`, whose port leaves the set first: until its consumer asks
+    /// again, the port keeps its messages to itself.
+    private func resume(_ name: PortName, _ session: Session, with outcome: ParkOutcome) {
+        let waiter = lock.withLock { () -> Waiter? in
+            guard let waiter = waiters.removeValue(forKey: name) else { return nil }
+            pl_port_set_extract(session.set.set, waiter.port)
+            return waiter
+        }
+        waiter?.continuation.resume(returning: outcome)
     }
 }

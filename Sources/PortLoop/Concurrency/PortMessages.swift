@@ -88,6 +88,10 @@ public struct PortMessages: AsyncSequence, Sendable {
         private var port: PortReceiveRight?
         /// While parking fails: the sleep before the next attempt. nil while parking works. Guarded by `lock`.
         private var retryDelay: Duration?
+        /// The iteration ended because no sender could reach the port any more (only a port that asked to be
+        /// told: a request's reply port). Guarded by `lock`.
+        private var noSendersLeft = false
+        var endedWithoutSenders: Bool { lock.withLock { noSendersLeft } }
         /// Park failure episodes logged, for tests: one per run of failures.
         let failureEpisodes = Atomic<Int>(0)
 
@@ -132,6 +136,10 @@ public struct PortMessages: AsyncSequence, Sendable {
                 case let .message(message):
                     return message
                 case .ended:
+                    finish()
+                    return nil
+                case .noSenders:
+                    lock.withLock { noSendersLeft = true }
                     finish()
                     return nil
                 case let .failed(failure):
@@ -180,6 +188,10 @@ public struct PortMessages: AsyncSequence, Sendable {
             } catch .timedOut {
                 guard let pointer = port?.port else { return .finished }
                 return .empty(pointer)
+            } catch .noReply {
+                noSendersLeft = true // a port that asked to be told: nothing can arrive
+                port = nil
+                return .finished
             } catch {
                 // Only the port's destruction could fail a poll, and only this object destroys it.
                 PortRunLoop.logError("PortMessages: receive on \(name) failed: \(error)")

@@ -97,6 +97,30 @@ public final class PortSet: @unchecked Sendable {
         return .message(ReceivedMessage(adopting: header, payload: payload))
     }
 
+    /// What the ``PortMessages`` waiting thread needs beyond a receive: a member port that no sender can reach
+    /// any more (a request's reply port whose replier let go of it, or died), reported once.
+    enum ReceiveResult {
+        case event(PortSetEvent)
+        case senderless(PortName)
+    }
+
+    /// ``receive(timeout:maxSize:)``, reporting a senderless member instead of throwing ``PortError/noReply``.
+    func receiveNotingSenderless(timeout: PortTimeout) throws(PortError) -> ReceiveResult {
+        let set = self.set
+        var senderless: UInt64 = 0
+        do throws(PortError) {
+            let (header, payload) = try receiveIntoArray(timeout: timeout, maxSize: .max) { out, buffer, capacity, ns in
+                let status = pl_port_set_receive(set, out, buffer, capacity, ns)
+                if status == PL_ERR_NO_SENDERS { senderless = out.pointee.arrival_name }
+                return status
+            }
+            if header.kind == PL_RECEIVED_FD { return .event(.readable(fileDescriptor: header.fd)) }
+            return .event(.message(ReceivedMessage(adopting: header, payload: payload)))
+        } catch .noReply {
+            return .senderless(PortName(rawValue: senderless))
+        }
+    }
+
     /// Receives into `buffer` without allocating (`mach_msg` with `MACH_RCV_LARGE` on a port-set name).
     /// A message larger than the buffer stays queued and the call throws ``PortError/tooLarge(size:limit:)``.
     public func receive(into buffer: UnsafeMutableRawBufferPointer,

@@ -49,13 +49,7 @@ extension PortSendRight {
         // When the replier lets go of the reply right without answering (or its process dies), the receive
         // below ends at once with noReply: nothing else can come. The message holds the only send right.
         pl_port_set_no_senders_wakes(replies.port, 1)
-        let status = bytes.withUnsafeBytes { raw in
-            pl_port_send(port, id, raw.baseAddress, raw.count, replies.port, total)
-        }
-        if status == PL_ERR_INVALID_ARG {
-            throw .invalidArgument(argument: "replyPort", reason: "rejected by the port layer")
-        }
-        try PortError.check(status, operation: "request", size: bytes.count, limit: Int(pl_port_get_max_msg_size(port)))
+        try sendRequest(id: id, bytes: bytes, replyPort: replies.port, timeout: total)
 
         let remaining: PortTimeout
         switch total {
@@ -94,12 +88,13 @@ extension PortSendRight {
         let total = try timeout.nanoseconds()
         let deadline = total > 0 ? monotonicNanoseconds().addingClamped(total) : (total == 0 ? 0 : .max)
         let replies = try PortReceiveRight(queueLimit: 1, maxMessageSize: PortReceiveRight.maxMessageSizeLimit)
+        pl_port_set_no_senders_wakes(replies.port, 1) // as in the synchronous form
 
         // Send, waiting for room by polling: a blocking send would hold the pool's thread.
         var pause = Duration.milliseconds(1)
         while true {
             do throws(PortError) {
-                try send(id: id, bytes: bytes, replyPort: replies.makeSendRight(), timeout: .poll)
+                try sendRequest(id: id, bytes: bytes, replyPort: replies.port, timeout: 0)
                 break
             } catch .timedOut {
                 let left = deadline.subtractingClamped(monotonicNanoseconds())
@@ -111,10 +106,15 @@ extension PortSendRight {
         }
 
         let reply: ReceivedMessage?
+        var noSenders = false
         if total == 0 {
-            do throws(PortError) { reply = try replies.receive(timeout: .poll) } catch .timedOut { reply = nil }
+            do throws(PortError) { reply = try replies.receive(timeout: .poll) } catch .timedOut { reply = nil } catch .noReply {
+                reply = nil
+                noSenders = true
+            }
         } else {
             let messages = PortMessages(replies)
+            defer { noSenders = messages.storage.endedWithoutSenders }
             reply = await withTaskGroup(of: ReceivedMessage?.self) { group in
                 group.addTask {
                     var iterator = messages.makeAsyncIterator()
@@ -131,10 +131,23 @@ extension PortSendRight {
                 return first
             }
         }
-        guard let reply else { throw .timedOut }
+        guard let reply else {
+            // No sender left for the reply port: the replier let go of it, or its process died with it.
+            if noSenders { throw isDeadName ? .invalidDestination : .noReply }
+            throw .timedOut
+        }
         guard reply.payload.count <= maxReplySize else {
             throw .tooLarge(size: reply.payload.count, limit: maxReplySize)
         }
         return reply
+    }
+
+    /// Sends a request whose reply right is made here, for `replyPort`, so that the message holds the only
+    /// send right to it (the reply port is told when that one goes).
+    private func sendRequest(id: Int32, bytes: [UInt8], replyPort: OpaquePointer, timeout: Int64) throws(PortError) {
+        let status = bytes.withUnsafeBytes { raw in
+            pl_port_send(port, id, raw.baseAddress, raw.count, replyPort, timeout)
+        }
+        try PortError.check(status, operation: "request", size: bytes.count, limit: Int(pl_port_get_max_msg_size(port)))
     }
 }
