@@ -208,3 +208,86 @@ struct CrossProcessPolicyTests {
         }
     }
 }
+
+/// A peer that breaks the protocol is cut off; the service goes on serving everyone else.
+@Suite("Across processes: misbehaving peers")
+struct CrossProcessMisbehaviourTests {
+    /// A raw connection to a service's socket, speaking the wire by hand.
+    final class RawPeer {
+        let fd: Int32
+
+        init(path: String) throws {
+            fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8).prefix($0.count - 1)) }
+            let connected = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            guard connected == 0 else { throw PortError.systemCallFailed(call: "connect", errno: errno) }
+            var timeout = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        }
+
+        deinit { close(fd) }
+
+        static func le32(_ value: UInt32) -> [UInt8] { (0..<4).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
+        static func frame(_ type: UInt8, _ body: [UInt8]) -> [UInt8] {
+            [type, 0, 0, 0] + le32(UInt32(8 + body.count)) + body
+        }
+        /// The client's hello: magic, version 1, status 0, largest frame 65,536, no right.
+        static let hello = frame(1, le32(0x50494C50) + [1, 0, 0, 0] + le32(65536) + [UInt8](repeating: 0, count: 16))
+        /// A one-byte message to `handle`, with no reply port.
+        static func message(to handle: UInt32) -> [UInt8] {
+            frame(2, le32(handle) + le32(7) + le32(1) + le32(0) + [0, 0, 0, 0] + le32(0) + le32(0)
+                  + [UInt8](repeating: 0, count: 16) + [42])
+        }
+
+        func send(_ bytes: [UInt8]) -> Bool { bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == bytes.count }
+
+        enum Received: Equatable { case packet([UInt8]), end, nothingFor10Seconds }
+
+        func receive() -> Received {
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            let n = read(fd, &buffer, buffer.count)
+            if n > 0 { return .packet(Array(buffer[0..<n])) }
+            return n == 0 ? .end : .nothingFor10Seconds
+        }
+    }
+
+    @Test("a forged handle, a malformed frame and a frame before the hello each end that connection only",
+          arguments: ["forged handle", "malformed", "before hello"])
+    func cutOff(_ fault: String) throws {
+        let space = TemporaryNamespace()
+        let source = RunLoopPortSource(port: try space.namespace.checkIn("strict")) { PortReply(id: 101, bytes: $0.payload) }
+        let thread = try RunLoopThread(name: "strict")
+        defer { thread.stop() }
+        try thread.loop.add(source, mode: .default)
+        let honest = try space.namespace.lookUp("strict")
+
+        let raw = try RawPeer(path: space.path + "/strict")
+        switch fault {
+        case "before hello":
+            #expect(raw.send(RawPeer.message(to: 1)))
+        case "malformed":
+            #expect(raw.send(RawPeer.hello))
+            #expect(raw.send([2, 0, 0, 0, 200, 0, 0, 0, 1, 2, 3])) // its length lies
+        default:
+            #expect(raw.send(RawPeer.hello))
+            #expect(raw.send(RawPeer.message(to: 999))) // a handle it was never given
+        }
+        // The service hung up on it: what it reads is the service's hello, then the end.
+        var packets = 0
+        var last = raw.receive()
+        while case .packet = last {
+            packets += 1
+            last = raw.receive()
+        }
+        #expect(last == .end)
+        #expect(packets == 1)
+        #expect(source.queuedMessageCount == 0)
+        // Everyone else is served as before.
+        let reply = try honest.request(id: 1, bytes: [1], timeout: .seconds(10))
+        #expect(reply.payload == [1])
+    }
+}
