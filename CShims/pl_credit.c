@@ -346,6 +346,15 @@ void pl_remote_port_destroyed(pl_port_t *port) {
     }
 }
 
+void pl_export_drop_if_unused(pl_conn_t *conn, uint32_t handle) {
+    pthread_mutex_lock(&conn->lock);
+    pl_export_t *e = pl_handle_map_get(&conn->exports, handle);
+    bool unused = e != NULL && e->transfers == 0;
+    if (unused) pl_handle_map_remove(&conn->exports, handle);
+    pthread_mutex_unlock(&conn->lock);
+    if (unused) pl_export_drop(e);
+}
+
 void pl_conn_unexport_locked(pl_conn_t *conn, const pl_wire_right_t *rights, uint32_t count) {
     for (uint32_t i = 0; i < count; i++) {
         pl_export_t *e = pl_handle_map_get(&conn->exports, rights[i].handle);
@@ -354,9 +363,8 @@ void pl_conn_unexport_locked(pl_conn_t *conn, const pl_wire_right_t *rights, uin
         e->lent -= rights[i].credits;
         e->port->reserved -= rights[i].credits;
         pthread_mutex_unlock(&e->port->lock);
-        if (--e->transfers == 0) {
-            pl_handle_map_remove(&conn->exports, e->handle);
-            pl_export_drop(e);
-        }
+        /* An entry left with no transfer is the transport thread's to drop: only it frees exports, which lets it
+         * use one after letting go of the connection's lock. */
+        if (--e->transfers == 0) pl_transport_drop_export(conn, e->handle);
     }
 }

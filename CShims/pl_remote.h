@@ -181,6 +181,8 @@ pl_status_t pl_conn_export_locked(pl_conn_t *conn, pl_port_t *port, pl_wire_righ
 /* Undoes exports made for a message that cannot go (the connection's lock held): the rights and credit it
  * would have carried. */
 void pl_conn_unexport_locked(pl_conn_t *conn, const pl_wire_right_t *rights, uint32_t count);
+/* Drops an export whose every transfer was undone (the transport thread). */
+void pl_export_drop_if_unused(pl_conn_t *conn, uint32_t handle);
 /* Forgets an export that the connection's table no longer holds: credit back as room, references released. */
 void pl_export_drop(pl_export_t *e);
 /* Takes one export's owed credit for a frame going to the peer: *handle and *count, or false if none. */
@@ -232,6 +234,7 @@ void pl_transport_flush_owed(pl_conn_t *conn);        /* credit is owed to a wai
 void pl_transport_reclaim(pl_port_t *port);           /* send RECLAIMs for this port */
 void pl_transport_port_destroyed(pl_port_t *port);    /* tell holders, withdraw its service */
 void pl_transport_kill(pl_conn_t *conn, const char *why); /* end a connection (a write failed) */
+void pl_transport_drop_export(pl_conn_t *conn, uint32_t handle); /* drop an export left with no transfer */
 /* A live client connection to this socket path, if any (a reference). */
 pl_conn_t *pl_transport_find_client(const char *key);
 

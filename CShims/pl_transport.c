@@ -27,6 +27,7 @@ typedef enum pl_command_kind {
     PL_CMD_FLUSH_OWED,
     PL_CMD_KILL,
     PL_CMD_WITHDRAW,
+    PL_CMD_DROP_EXPORT,
 } pl_command_kind_t;
 
 typedef struct pl_command {
@@ -35,6 +36,7 @@ typedef struct pl_command {
     pl_conn_t *conn;          /* a reference */
     pl_port_t *port;          /* a memory reference */
     const char *why;
+    uint32_t handle;
 } pl_command_t;
 
 static struct {
@@ -94,10 +96,12 @@ pl_status_t pl_transport_start(void) {
 
 /* ---- commands --------------------------------------------------------------------------------------- */
 
-static void pl_post(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *port, const char *why) {
+static void pl_post_handle(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *port, const char *why,
+                           uint32_t handle) {
     pl_command_t *command = calloc(1, sizeof *command);
     if (command == NULL) return; /* out of memory: the work is lost, not the process (credit waits for a WANT) */
     command->kind = kind;
+    command->handle = handle;
     command->conn = conn;
     command->port = port;
     command->why = why;
@@ -125,7 +129,14 @@ static void pl_post(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *port, co
     }
 }
 
+static void pl_post(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *port, const char *why) {
+    pl_post_handle(kind, conn, port, why, 0);
+}
+
 void pl_transport_flush_owed(pl_conn_t *conn) { pl_post(PL_CMD_FLUSH_OWED, conn, NULL, NULL); }
+void pl_transport_drop_export(pl_conn_t *conn, uint32_t handle) {
+    pl_post_handle(PL_CMD_DROP_EXPORT, conn, NULL, NULL, handle);
+}
 void pl_transport_kill(pl_conn_t *conn, const char *why) { pl_post(PL_CMD_KILL, conn, NULL, why); }
 void pl_transport_port_destroyed(pl_port_t *port) { pl_post(PL_CMD_WITHDRAW, NULL, port, NULL); }
 void pl_transport_reclaim(pl_port_t *port) { pl_remote_reclaim(port); }
@@ -284,6 +295,7 @@ static void pl_run_commands(void) {
         switch (command->kind) {
         case PL_CMD_FLUSH_OWED: pl_conn_flush_owed(command->conn); break;
         case PL_CMD_KILL: pl_transport_end(command->conn, command->why); break;
+        case PL_CMD_DROP_EXPORT: pl_export_drop_if_unused(command->conn, command->handle); break;
         case PL_CMD_WITHDRAW: {
             pl_port_t *port = command->port;
             pthread_mutex_lock(&port->lock);
