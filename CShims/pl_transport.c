@@ -333,7 +333,9 @@ static void pl_read_conn(pl_conn_t *conn, uint8_t *buffer) {
         struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,
                               .msg_controllen = sizeof control.bytes };
         ssize_t n = recvmsg(conn->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-        if (n < 0 && errno == EINTR) continue;
+        /* ECONNRESET: the peer closed with our frames unread. The kernel says so once, ahead of what the peer
+         * sent before closing (a refusal, its last messages), which is still to be read; the end follows it. */
+        if (n < 0 && (errno == EINTR || errno == ECONNRESET)) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         if (n <= 0) {
             pl_transport_end(conn, n == 0 ? "the peer closed the connection" : "the connection broke");
