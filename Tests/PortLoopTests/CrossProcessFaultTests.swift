@@ -137,9 +137,10 @@ struct NoReplyTests {
             #expect(throws: PortError.noReply) { try right.request(id: 1, timeout: .seconds(30)) }
         }
         #expect(took < 10_000)
-        let start = nowNanoseconds()
-        await #expect(throws: PortError.noReply) { try await right.request(id: 1, timeout: .seconds(30)) }
-        #expect(nowNanoseconds() - start < 10_000_000_000)
+        // The timeout is long on purpose: noReply (not timedOut) shows the call did not wait for it. (No bound on
+        // the time itself: in a full run the suite's synchronous tests can hold the cooperative pool for tens of
+        // seconds before this task runs again.)
+        await #expect(throws: PortError.noReply) { try await right.request(id: 1, timeout: .seconds(600)) }
         // A handler that answers still gets its answer through.
         let echo = try RunLoopPortSource { PortReply(id: 2, bytes: $0.payload) }
         try thread.loop.add(echo, mode: .default)
@@ -153,19 +154,16 @@ struct NoReplyTests {
         #expect(service.ready())
         let right = try space.namespace.lookUp("async")
         #expect(try await right.request(id: 1, bytes: [3], timeout: .seconds(10)).payload == [3])
-        await #expect(throws: PortError.noReply) { try await right.request(id: 6, timeout: .seconds(30)) }
+        await #expect(throws: PortError.noReply) { try await right.request(id: 6, timeout: .seconds(600)) }
 
         let paused = try Peer(["serve", space.path, "dying", "4", "65536", "--paused"])
         #expect(paused.ready())
         let dying = try space.namespace.lookUp("dying")
         async let outcome: PortError? = {
-            do { _ = try await dying.request(id: 1, timeout: .seconds(60)); return nil } catch { return error as? PortError }
+            do { _ = try await dying.request(id: 1, timeout: .seconds(600)); return nil } catch { return error as? PortError }
         }()
         try await Task.sleep(for: .milliseconds(100))
-        let killedAt = nowNanoseconds()
         paused.kill()
-        let error = await outcome
-        #expect(error == .invalidDestination)
-        #expect(nowNanoseconds() - killedAt < 5_000_000_000)
+        #expect(await outcome == .invalidDestination) // not timedOut: it did not wait for the timeout
     }
 }
