@@ -45,6 +45,12 @@
  *  - Lock order is port before set. A port's membership list is guarded by the port's lock; a set's
  *    member and ready lists by the set's lock.
  *
+ *  - Across processes (pl_remote.h, and the "Across processes" and "The wire" articles): a port's rights can be
+ *    sent to other processes over SOCK_SEQPACKET connections. A right to a port of another process is a proxy:
+ *    a pl_port_t without a queue, on which a send becomes a frame. Queue room crosses as credit, so the queue
+ *    limit holds for local and remote senders together (full at count + room lent out). One transport thread
+ *    per process reads every connection; any thread writes, without blocking.
+ *
  * Object lifetime: every object is reference counted. A port's receive right (from pl_port_create) is
  * ended by pl_port_destroy; its send rights (pl_port_make_send, or a reply right received in a message)
  * by pl_port_release_send. The memory goes when the last of them goes. After destruction a port is a
