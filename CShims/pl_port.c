@@ -18,26 +18,30 @@ static atomic_uint_fast64_t pl_next_port_name = 1;
 
 /* ---- lifetime -------------------------------------------------------------------------------------- */
 
-pl_status_t pl_port_create(uint32_t qlimit, uint32_t max_msg_size, pl_port_t **out_port) {
-    if (out_port == NULL) return PL_ERR_INVALID_ARG;
-    *out_port = NULL;
-    if (qlimit < 1 || qlimit > PL_QLIMIT_MAX) return PL_ERR_INVALID_ARG;
-    if (max_msg_size < 1 || max_msg_size > PL_MSG_SIZE_MAX) return PL_ERR_INVALID_ARG;
-
+/* A new port with one memory reference: its receive right, or for a proxy the connection's import table. */
+static pl_port_t *pl_port_alloc(uint32_t qlimit, uint32_t max_msg_size) {
     pl_port_t *port = calloc(1, sizeof *port);
-    if (port == NULL) return PL_ERR_NO_MEMORY;
+    if (port == NULL) return NULL;
     port->magic = PL_PORT_MAGIC;
     pl_mutex_init_adaptive(&port->lock);
     pl_cond_init_monotonic(&port->receivers);
     pl_cond_init_monotonic(&port->senders);
-    atomic_init(&port->refs, 1); /* the receive right */
+    atomic_init(&port->refs, 1);
     atomic_init(&port->send_rights, 0);
     atomic_init(&port->context, NULL);
     port->name = atomic_fetch_add_explicit(&pl_next_port_name, 1, memory_order_relaxed);
     port->qlimit = qlimit;
     port->max_msg_size = max_msg_size;
-    *out_port = port;
-    return PL_OK;
+    return port;
+}
+
+pl_status_t pl_port_create(uint32_t qlimit, uint32_t max_msg_size, pl_port_t **out_port) {
+    if (out_port == NULL) return PL_ERR_INVALID_ARG;
+    *out_port = NULL;
+    if (qlimit < 1 || qlimit > PL_QLIMIT_MAX) return PL_ERR_INVALID_ARG;
+    if (max_msg_size < 1 || max_msg_size > PL_MSG_SIZE_MAX) return PL_ERR_INVALID_ARG;
+    *out_port = pl_port_alloc(qlimit, max_msg_size);
+    return *out_port != NULL ? PL_OK : PL_ERR_NO_MEMORY;
 }
 
 void pl_port_retain_internal(pl_port_t *port) {
@@ -45,19 +49,8 @@ void pl_port_retain_internal(pl_port_t *port) {
 }
 
 pl_port_t *pl_port_new_proxy(pl_proxy_t *proxy) {
-    pl_port_t *port = calloc(1, sizeof *port);
-    if (port == NULL) return NULL;
-    port->magic = PL_PORT_MAGIC;
-    pl_mutex_init_adaptive(&port->lock);
-    pl_cond_init_monotonic(&port->receivers);
-    pl_cond_init_monotonic(&port->senders);
-    atomic_init(&port->refs, 1); /* the connection's import table holds the "receive right" */
-    atomic_init(&port->send_rights, 0);
-    atomic_init(&port->context, NULL);
-    port->name = atomic_fetch_add_explicit(&pl_next_port_name, 1, memory_order_relaxed);
-    port->qlimit = 1;
-    port->max_msg_size = proxy->max_size;
-    port->proxy = proxy;
+    pl_port_t *port = pl_port_alloc(1, proxy->max_size); /* a proxy has no queue of its own */
+    if (port != NULL) port->proxy = proxy;
     return port;
 }
 
