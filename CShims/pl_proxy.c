@@ -48,11 +48,10 @@ pl_port_t *pl_proxy_import_locked(pl_conn_t *conn, pl_wire_right_t right, bool m
         proxy->in_table = true;
         atomic_fetch_add_explicit(&pl_import_count, 1, memory_order_relaxed);
     }
+    /* A port's largest payload never changes: it was read from the first right, and senders read it unlocked. */
     pl_proxy_t *proxy = port->proxy;
     proxy->transfers++;
     proxy->credits += right.credits;
-    proxy->max_size = right.max_size;
-    port->max_msg_size = right.max_size;
     if (make_right) pl_port_make_send(port);
     if (right.credits > 0) pthread_cond_broadcast(&conn->changed);
     return port;
