@@ -58,8 +58,8 @@ static bool pl_rx_deliver(pl_conn_t *conn, const char **reason) {
         *reason = "out of memory for a message";
         return false;
     }
-    slot.extra->origin = conn;
-    pl_conn_retain(conn);
+    slot.extra->origin = e;
+    pl_export_retain(e);
     slot.extra->sender = conn->peer;
     slot.extra->attachments = conn->rx.attachments;
     conn->rx.reply = NULL;

@@ -78,6 +78,7 @@ pl_status_t pl_conn_export_locked(pl_conn_t *conn, pl_port_t *port, pl_wire_righ
             free(e);
             return PL_ERR_NO_MEMORY;
         }
+        atomic_init(&e->refs, 1); /* the table's */
         e->handle = conn->next_handle++;
         e->port = port;
         pl_port_make_send(port); /* the peer's rights count as one of the port's send rights */
@@ -117,6 +118,7 @@ void pl_export_drop(pl_export_t *e) {
     }
     port->reserved -= e->lent;
     e->lent = 0;
+    e->dropped = true; /* messages still queued that came through it lend nothing back */
     if (e->waiting) port->want_waiters--;
     pl_give_room_to_waiters_locked(port);
     bool wake = port->waiting_senders > 0;
@@ -135,8 +137,14 @@ void pl_export_drop(pl_export_t *e) {
     pthread_mutex_unlock(&conn->owed_lock);
     pl_port_release_send(port); /* may tell a receiver that no sender is left */
     pl_conn_release(conn);
-    free(e);
     atomic_fetch_sub_explicit(&pl_export_count, 1, memory_order_relaxed);
+    pl_export_release(e); /* the table's reference */
+}
+
+void pl_export_retain(pl_export_t *e) { atomic_fetch_add_explicit(&e->refs, 1, memory_order_relaxed); }
+
+void pl_export_release(pl_export_t *e) {
+    if (atomic_fetch_sub_explicit(&e->refs, 1, memory_order_acq_rel) == 1) free(e);
 }
 
 bool pl_conn_take_owed(pl_conn_t *conn, uint32_t *handle, uint32_t *count) {
@@ -164,14 +172,14 @@ void pl_conn_flush_owed(pl_conn_t *conn) {
 
 /* ---- the receiving side: room comes back ------------------------------------------------------------ */
 
-void pl_remote_room_freed_locked(pl_port_t *port, pl_conn_t *origin) {
+void pl_remote_room_freed_locked(pl_port_t *port, pl_export_t *e) {
     if (port->waiting_senders > 0) return; /* the dequeuer signals one; the room is theirs */
     if (port->want_waiters > 0) {
         pl_give_room_to_waiters_locked(port);
         return;
     }
-    pl_export_t *e = pl_find_export_locked(port, origin);
-    if (e == NULL || pl_free_room_locked(port) == 0 || e->lent >= pl_window(port)) return;
+    /* No search: the message kept its export, dropped or not (dropping takes this lock too). */
+    if (e->dropped || pl_free_room_locked(port) == 0 || e->lent >= pl_window(port)) return;
     e->lent++;
     port->reserved++;
     pl_export_owe(e, 1);

@@ -72,7 +72,7 @@ void pl_port_release_internal(pl_port_t *port) {
 static void pl_extra_free(pl_msg_extra_t *extra) {
     if (extra == NULL) return;
     pl_attachments_free(extra->attachments);
-    if (extra->origin != NULL) pl_conn_release(extra->origin);
+    if (extra->origin != NULL) pl_export_release(extra->origin);
     free(extra);
 }
 
@@ -495,7 +495,7 @@ pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *bu
         out->attachments = extra->attachments;
         if (extra->origin != NULL) {
             pl_remote_room_freed_locked(port, extra->origin);
-            pl_conn_release(extra->origin); /* frees memory only, never under a lock of its own */
+            pl_export_release(extra->origin); /* frees memory only, never takes a lock */
         }
         free(extra);
     }

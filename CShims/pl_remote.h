@@ -57,7 +57,7 @@ typedef struct pl_conn pl_conn_t;
 
 /* Allocated only for a message with attachments or one that came from another process. */
 typedef struct pl_msg_extra {
-    pl_conn_t *origin;        /* the connection it arrived on (a reference), or NULL */
+    struct pl_export *origin; /* the export it arrived through (a reference), or NULL */
     pl_sender_t sender;
     pl_attachments_t *attachments;
 } pl_msg_extra_t;
@@ -67,6 +67,8 @@ pl_attachments_t *pl_attachments_new(uint32_t count);
 /* ---- exports: a local port whose send rights a peer holds ---- */
 
 typedef struct pl_export {
+    atomic_uint refs;         /* the connection's table, and each queued message that came through it */
+    bool dropped;             /* out of every list; only its memory is left (the port's lock) */
     pl_port_t *port;          /* a send right: the peer's rights, however many, count as one */
     pl_conn_t *conn;
     uint32_t handle;
@@ -216,8 +218,11 @@ void pl_proxy_free(pl_proxy_t *proxy);
 
 /* ---- hooks from the port file (port lock held unless said) ---- */
 
-/* A message that came from `origin` was dequeued from port: lend the slot again (see the top). */
-void pl_remote_room_freed_locked(pl_port_t *port, pl_conn_t *origin);
+/* A message that came through export `origin` was dequeued from port: lend the slot again (see the top). */
+void pl_remote_room_freed_locked(pl_port_t *port, struct pl_export *origin);
+/* Takes and releases a reference to an export's memory (releasing never takes a lock). */
+void pl_export_retain(struct pl_export *e);
+void pl_export_release(struct pl_export *e);
 /* A local sender found the port full because of credit lent out: ask holders for what they do not use.
  * Called after the port lock was released. */
 void pl_remote_reclaim(pl_port_t *port);
