@@ -21,8 +21,11 @@ pl_conn_t *pl_conn_new(int fd, bool accepted) {
     if (conn == NULL) return NULL;
     atomic_init(&conn->refs, 1);
     conn->fd = fd;
+    conn->out_fd = -1;
     conn->accepted = accepted;
     conn->next_handle = 1;
+    pthread_mutex_init(&conn->read_lock, NULL);
+    pthread_mutex_init(&conn->feeds_lock, NULL);
     pl_mutex_init_adaptive(&conn->write_lock);
     pl_cond_init_monotonic(&conn->writable);
     pl_mutex_init_adaptive(&conn->lock);
@@ -40,6 +43,8 @@ void pl_conn_release(pl_conn_t *conn) {
     pl_handle_map_free(&conn->imports);
     free(conn->lookup_key);
     pthread_mutex_destroy(&conn->owed_lock);
+    pthread_mutex_destroy(&conn->feeds_lock);
+    pthread_mutex_destroy(&conn->read_lock);
     pthread_cond_destroy(&conn->changed);
     pthread_mutex_destroy(&conn->lock);
     pthread_cond_destroy(&conn->writable);
@@ -194,15 +199,18 @@ static void pl_conn_drop_export(uint32_t handle, void *value, void *context) {
 }
 
 void pl_conn_teardown(pl_conn_t *conn, const char *why) {
+    /* The sets that watch the socket let go of it while it is still open. */
+    pl_feeders_detach_conn(conn);
     /* Stop writers first: nothing more goes out, queued frames are dropped. */
     pthread_mutex_lock(&conn->write_lock);
     pl_out_frame_t *frames = conn->out_head;
     conn->out_head = conn->out_tail = NULL;
     conn->out_bytes = 0;
     atomic_store_explicit(&conn->backlogged, false, memory_order_release);
-    int fd = conn->fd;
-    conn->fd = -1;
+    int fd = conn->fd, out_fd = conn->out_fd;
+    conn->fd = conn->out_fd = -1;
     pthread_mutex_unlock(&conn->write_lock);
+    if (out_fd >= 0) close(out_fd);
     pthread_cond_broadcast(&conn->writable);
     while (frames != NULL) {
         pl_out_frame_t *next = frames->next;

@@ -7,10 +7,13 @@
  * not exceed its port's size. A frame that fails a check ends the connection (the caller tears it down): the
  * peer broke the protocol, and this process goes on serving everyone else.
  */
+#define _GNU_SOURCE /* recvmmsg */
 #include "pl_remote.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 /* A right named in a message, as a send right the message will own (the connection's lock held). */
@@ -34,8 +37,9 @@ static void pl_rx_discard(pl_conn_t *conn) {
     memset(&conn->rx, 0, sizeof conn->rx);
 }
 
-/* Queues the completed message on its port. false: the peer sent it without credit. */
-static bool pl_rx_deliver(pl_conn_t *conn, const char **reason) {
+/* Queues the completed message on its port. `inline_bytes`: a small message that came whole, read from its frame
+ * (no reassembly buffer); else NULL. false: the peer sent it without credit. */
+static bool pl_rx_deliver(pl_conn_t *conn, const uint8_t *inline_bytes, const char **reason) {
     pthread_mutex_lock(&conn->lock);
     pl_export_t *e = pl_handle_map_get(&conn->exports, conn->rx.dest);
     pthread_mutex_unlock(&conn->lock);
@@ -49,7 +53,7 @@ static bool pl_rx_deliver(pl_conn_t *conn, const char **reason) {
         slot.payload.heap = conn->rx.bytes; /* the reassembly buffer becomes the message's */
         conn->rx.bytes = NULL;
     } else if (conn->rx.total > 0) {
-        memcpy(slot.payload.bytes, conn->rx.bytes, conn->rx.total);
+        memcpy(slot.payload.bytes, inline_bytes != NULL ? inline_bytes : conn->rx.bytes, conn->rx.total);
     }
     slot.extra = calloc(1, sizeof *slot.extra);
     if (slot.extra == NULL) {
@@ -67,8 +71,12 @@ static bool pl_rx_deliver(pl_conn_t *conn, const char **reason) {
     free(conn->rx.bytes);
     memset(&conn->rx, 0, sizeof conn->rx);
 
-    pl_status_t status = pl_port_enqueue_remote(e->port, &slot, e);
-    if (status == PL_OK) return true;
+    pl_port_t *port = e->port;
+    pl_status_t status = pl_port_enqueue_remote(port, &slot, e);
+    if (status == PL_OK) {
+        pl_feeder_learn(port, conn); /* next time, the port's receiver reads the socket itself */
+        return true;
+    }
     pl_slot_dispose(&slot); /* a destroyed port's messages are destroyed */
     if (status == PL_ERR_INVALID_ARG) {
         *reason = "message: sent without credit";
@@ -77,8 +85,9 @@ static bool pl_rx_deliver(pl_conn_t *conn, const char **reason) {
     return true;
 }
 
-/* The first fragment: its rights and descriptors become the message's. */
-static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, int *fds, const char **reason) {
+/* The first fragment: its rights and descriptors become the message's. A reassembly buffer is made for a message
+ * that comes in fragments or is larger than a slot holds inline. */
+static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, bool more, int *fds, const char **reason) {
     if (conn->rx.active) {
         *reason = "message: a new message inside another";
         return false;
@@ -121,7 +130,7 @@ static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, int *fds, c
     conn->rx.id = m->id;
     conn->rx.total = m->total_size;
     conn->rx.received = 0;
-    if (m->total_size > 0) {
+    if (m->total_size > 0 && (more || m->total_size > PL_INLINE_PAYLOAD)) {
         conn->rx.bytes = malloc(m->total_size);
         if (conn->rx.bytes == NULL) {
             *reason = "out of memory for a message";
@@ -134,8 +143,14 @@ static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, int *fds, c
 
 static bool pl_receive_message(pl_conn_t *conn, const pl_wire_frame_t *frame, int *fds, const char **reason) {
     const pl_wire_message_t *m = &frame->u.message;
+    bool more = (frame->flags & PL_FRAME_MORE) != 0;
     if (m->offset == 0) {
-        if (!pl_rx_begin(conn, m, fds, reason)) return false;
+        if (!pl_rx_begin(conn, m, more, fds, reason)) return false;
+        if (conn->rx.bytes == NULL) {
+            /* Small and whole: straight from the frame. */
+            if (m->credit_count > 0) pl_proxy_credit(conn, m->credit_handle, m->credit_count);
+            return pl_rx_deliver(conn, m->bytes, reason);
+        }
     } else if (!conn->rx.active || m->dest != conn->rx.dest || m->id != conn->rx.id ||
                m->total_size != conn->rx.total || m->offset != conn->rx.received) {
         *reason = "message: a fragment that does not continue the message in progress";
@@ -144,8 +159,8 @@ static bool pl_receive_message(pl_conn_t *conn, const pl_wire_frame_t *frame, in
     if (m->byte_count > 0) memcpy(conn->rx.bytes + m->offset, m->bytes, m->byte_count);
     conn->rx.received = m->offset + m->byte_count;
     if (m->credit_count > 0) pl_proxy_credit(conn, m->credit_handle, m->credit_count);
-    if (frame->flags & PL_FRAME_MORE) return true;
-    return pl_rx_deliver(conn, reason);
+    if (more) return true;
+    return pl_rx_deliver(conn, NULL, reason);
 }
 
 static bool pl_receive_hello(pl_conn_t *conn, const pl_wire_hello_t *hello, const char **reason) {
@@ -213,4 +228,92 @@ bool pl_conn_receive_frame(pl_conn_t *conn, const uint8_t *packet, size_t length
         if (fds[i] >= 0) close(fds[i]);
     }
     return ok;
+}
+
+/* Handles one packet read with its control messages. false: the end (*why set). */
+static bool pl_handle_packet(pl_conn_t *conn, uint8_t *packet, size_t length, struct msghdr *msg, const char **why) {
+    /* Descriptors first: whatever happens to the frame, none may leak. */
+    int fds[PL_WIRE_MAX_ATTACHMENTS];
+    uint32_t fd_count = 0;
+    bool extra_fds = false, has_sender = false;
+    pl_sender_t sender = { 0 };
+    pl_cmsg_collect(msg, fds, &fd_count, &extra_fds, &sender, &has_sender);
+    bool awaiting_hello = !conn->accepted && !conn->hello_received;
+    if (awaiting_hello && has_sender) conn->peer = sender; /* the service itself, as the kernel saw it send */
+    const char *reason = NULL;
+    if (msg->msg_flags & MSG_CTRUNC) reason = "frame: descriptors cut off";
+    else if (msg->msg_flags & MSG_TRUNC) reason = "frame: over the largest frame";
+    else if (extra_fds) reason = "frame: too many descriptors";
+    if (reason != NULL) {
+        for (uint32_t k = 0; k < fd_count; k++) close(fds[k]);
+    } else if (pl_conn_receive_frame(conn, packet, length, fds, fd_count, &reason)) {
+        if (awaiting_hello) pl_cmsg_ask_credentials(conn->fd, false); /* the hello was all we needed */
+        return true;
+    }
+    *why = reason;
+    return false;
+}
+
+pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why) {
+    *why = NULL;
+    int read = 0;
+    while (read < budget) {
+        /* Up to PL_READ_BATCH packets a system call: a lone one costs no second call that finds nothing. */
+        union {
+            char bytes[PL_CMSG_SPACE];
+            struct cmsghdr align;
+        } control[PL_READ_BATCH];
+        struct iovec iov[PL_READ_BATCH];
+        struct mmsghdr batch[PL_READ_BATCH];
+        for (int k = 0; k < PL_READ_BATCH; k++) {
+            iov[k] = (struct iovec){ .iov_base = buffer + (size_t)k * PL_WIRE_MAX_FRAME, .iov_len = PL_WIRE_MAX_FRAME };
+            batch[k].msg_hdr = (struct msghdr){ .msg_iov = &iov[k], .msg_iovlen = 1, .msg_control = control[k].bytes,
+                                                .msg_controllen = sizeof control[k].bytes };
+            batch[k].msg_len = 0;
+        }
+        int fd = conn->fd; /* the reader's: only a teardown, which takes the read lock, closes it */
+        if (fd < 0) return PL_READ_DRAINED;
+        int n = recvmmsg(fd, batch, PL_READ_BATCH, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, NULL);
+        /* ECONNRESET: the peer closed with our frames unread. The kernel says so once, ahead of what the peer
+         * sent before closing (a refusal, its last messages), which is still to be read; the end follows it. */
+        if (n < 0 && (errno == EINTR || errno == ECONNRESET)) { read++; continue; }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return PL_READ_DRAINED;
+        if (n < 0) {
+            *why = "the connection broke";
+            return PL_READ_ENDED;
+        }
+        for (int k = 0; k < n; k++) {
+            if (batch[k].msg_len == 0) {
+                /* The end of the stream (an empty packet is never a frame). Descriptors cannot come with it. */
+                *why = "the peer closed the connection";
+                for (int rest = k + 1; rest < n; rest++) {
+                    int fds[PL_WIRE_MAX_ATTACHMENTS];
+                    uint32_t count;
+                    bool extra, has;
+                    pl_sender_t ignored;
+                    pl_cmsg_collect(&batch[rest].msg_hdr, fds, &count, &extra, &ignored, &has);
+                    for (uint32_t j = 0; j < count; j++) close(fds[j]);
+                }
+                return PL_READ_ENDED;
+            }
+            if (!pl_handle_packet(conn, iov[k].iov_base, batch[k].msg_len, &batch[k].msg_hdr, why)) {
+                for (int rest = k + 1; rest < n; rest++) { /* packets after the fatal one: their descriptors */
+                    int fds[PL_WIRE_MAX_ATTACHMENTS];
+                    uint32_t count;
+                    bool extra, has;
+                    pl_sender_t ignored;
+                    pl_cmsg_collect(&batch[rest].msg_hdr, fds, &count, &extra, &ignored, &has);
+                    for (uint32_t j = 0; j < count; j++) close(fds[j]);
+                }
+                return PL_READ_ENDED;
+            }
+        }
+        read += n;
+        if (n == 0) {
+            *why = "the peer closed the connection";
+            return PL_READ_ENDED;
+        }
+        if (n < PL_READ_BATCH) return PL_READ_DRAINED; /* it took what there was */
+    }
+    return PL_READ_MORE;
 }

@@ -68,6 +68,7 @@ struct pl_port {
     struct pl_export *exports;/* rights to this port held by other processes, one entry per connection */
     struct pl_proxy *proxy;   /* set for a proxy: this port lives in another process; fixed at creation */
     struct pl_service *service; /* checked in under a name (the transport thread's) */
+    _Atomic(struct pl_conn *) last_feeder; /* the connection last found feeding every set of this port */
 };
 
 /* Whether a receive on the port can never succeed (lock held): empty, no send right left anywhere, and its
@@ -123,9 +124,21 @@ void pl_poller_wake(pl_poller_t *poller);
 /* Watches / stops watching a member descriptor. add: PL_ERR_INVALID_ARG for a descriptor epoll refuses. */
 pl_status_t pl_poller_add_fd(pl_poller_t *poller, int fd, uint64_t id);
 void pl_poller_remove_fd(pl_poller_t *poller, int fd);
+/* Watches a connection's socket for a feeder (pl_feeder.c), exclusively. */
+pl_status_t pl_poller_add_feeder(pl_poller_t *poller, int fd, uint64_t id);
 /* Sleeps until a wake-up, a readable member or `deadline` (INT64_MAX: none), or with `nonblocking` only
  * collects what is ready. One thread at a time (the set's `polling` flag). */
 void pl_poller_wait(pl_poller_t *poller, int64_t deadline, bool nonblocking, pl_poll_result_t *result);
+
+/* A connection whose frames may carry messages for a set's ports, watched in the set's poller so that the set's
+ * sleeping receiver reads them itself (pl_feeder.c). The feeder holds a reference to the connection; the
+ * connection lists the sets it feeds, each with a reference, so either end can detach the other. */
+typedef struct pl_feeder {
+    struct pl_conn *conn;
+    uint64_t id;              /* its epoll data, from the set's member ids */
+    bool detached;            /* out of the poller already (the connection ended) */
+    struct pl_feeder *next;
+} pl_feeder_t;
 
 struct pl_port_set {
     pthread_mutex_t lock;
@@ -144,7 +157,20 @@ struct pl_port_set {
     pl_fd_member_t *fd_ready_head, *fd_ready_tail;
     uint32_t receives_since_fd_poll;
     uint64_t sleeps, wakes;
+    pl_feeder_t *feeders;
+    uint32_t feeder_count;
+    bool pumping;             /* the leader is reading a feeder: what it delivers needs no wake-up */
 };
+
+/* ---- feeders (pl_feeder.c) ---- */
+
+/* With the set lock held, right after a poll: the feeders among the events' ids, each retained, at most `max`. */
+uint32_t pl_feeders_collect_locked(pl_port_set_t *set, const uint64_t *ids, uint32_t count, struct pl_conn **out,
+                                   uint32_t max);
+/* Reads what a feeder has for us (the set's leader, no lock held); releases the reference. */
+void pl_feeder_pump(pl_port_set_t *set, struct pl_conn *conn);
+/* The set is destroyed: every connection it watches forgets it. */
+void pl_feeders_detach_set(pl_port_set_t *set);
 
 /* ---- port internals used by the set file ---- */
 

@@ -81,6 +81,13 @@ pl_status_t pl_poller_add_fd(pl_poller_t *poller, int fd, uint64_t id) {
     }
 }
 
+pl_status_t pl_poller_add_feeder(pl_poller_t *poller, int fd, uint64_t id) {
+    /* Exclusive: of all the pollers watching a connection's socket, the kernel wakes one that has a thread
+     * asleep in it (see pl_feeder.c). */
+    struct epoll_event event = { .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = id };
+    return epoll_ctl(poller->epoll_fd, EPOLL_CTL_ADD, fd, &event) == 0 ? PL_OK : pl_system_failure("epoll_ctl");
+}
+
 void pl_poller_remove_fd(pl_poller_t *poller, int fd) {
     /* A descriptor closed before its removal has left the epoll set by itself (ENOENT, EBADF): nothing to do. */
     struct epoll_event unused;

@@ -98,6 +98,7 @@ pl_status_t pl_port_set_destroy(pl_port_set_t *set) {
 
     if (wake_leader) pl_wake_fd_write(set);
     if (wake_followers) pthread_cond_broadcast(&set->followers);
+    pl_feeders_detach_set(set);
     pl_port_set_remove_all_ports(set);
     while (fds != NULL) { /* a leader's event for one of them finds no member by its id */
         pl_fd_member_t *next = fds->next_member;
@@ -176,8 +177,9 @@ void pl_port_set_mark_ready_locked(pl_membership_t *m, bool at_head, pl_wake_lis
     pthread_mutex_lock(&set->lock);
     if (!set->dead && !m->in_ready) {
         pl_ready_push(set, m, at_head);
-        /* A leader in the poller is woken first: it may be the only thread that will look. */
-        if (set->polling && !set->wake_pending) {
+        /* A leader in the poller is woken first: it may be the only thread that will look. Not while it reads a
+         * feeder: it looks at the ready FIFO when done. */
+        if (set->polling && !set->wake_pending && !set->pumping) {
             set->wake_pending = true;
             set->wakes++;
             pl_wake_list_add(wakes, set, PL_WAKE_EVENTFD);
@@ -258,6 +260,7 @@ pl_status_t pl_port_set_insert(pl_port_set_t *set, pl_port_t *port) {
         if (status == PL_OK) {
             m->next_of_port = port->memberships;
             port->memberships = m;
+            atomic_store_explicit(&port->last_feeder, NULL, memory_order_relaxed); /* a new set to teach */
             if (port->count > 0) pl_port_set_mark_ready_locked(m, false, &wakes);
         }
     }
@@ -381,6 +384,17 @@ static void pl_poll_and_lock(pl_port_set_t *set, int64_t deadline, bool nonblock
     pl_poll_result_t result;
     pl_poller_wait(&set->poller, deadline, nonblocking, &result);
     pthread_mutex_lock(&set->lock);
+    /* Connections that woke us are read first, without the lock: what they carry is queued on ports, this set's
+     * among them, and found in the ready FIFO below. Meanwhile what is delivered here needs no wake-up. */
+    struct pl_conn *feeders[PL_POLL_MAX];
+    uint32_t feeder_count = pl_feeders_collect_locked(set, result.ids, result.count, feeders, PL_POLL_MAX);
+    if (feeder_count > 0) {
+        set->pumping = true;
+        pthread_mutex_unlock(&set->lock);
+        for (uint32_t i = 0; i < feeder_count; i++) pl_feeder_pump(set, feeders[i]);
+        pthread_mutex_lock(&set->lock);
+        set->pumping = false;
+    }
     if (result.woken) set->wake_pending = false;
     for (uint32_t i = 0; i < result.count; i++) {
         /* By id: a member removed since the event was read is simply not found. */
@@ -589,7 +603,7 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
             break;
         }
 
-        if (!set->polling && (set->fd_count > 0 || deadline != INT64_MAX)) {
+        if (!set->polling && (set->fd_count > 0 || set->feeder_count > 0 || deadline != INT64_MAX)) {
             /* Become the leader: sleep in the poller until a wake-up, a descriptor or the deadline. */
             set->polling = true;
             was_leader = true;

@@ -15,12 +15,17 @@
  * told on the next frame that goes its way or, if it waits, at once. An owner short of room asks holders to
  * give back credit they are not using (RECLAIM / RETURN).
  *
- * Threads: one transport thread per process reads every connection and listening socket (pl_transport.c).
+ * Threads: one transport thread per process watches every connection and listening socket (pl_transport.c).
+ * A connection is also watched by the port sets of the ports it delivers to (feeders, pl_feeder.c): a set's
+ * sleeping receiver is woken by the socket itself and reads the frames, so that a message from another process
+ * costs one wake-up, as from a local thread. Both watch with EPOLLEXCLUSIVE, the transport's watch queued last:
+ * the kernel wakes a sleeping set's receiver, and the transport only when none sleeps. Whoever reads holds the
+ * connection's read_lock; frame handling, and freeing exports, happen under it alone.
  * Any thread writes: a sender writes its frames itself, without blocking (a frame the socket cannot take waits
  * in the connection's outgoing queue, which the transport thread drains).
  *
- * Lock order: a connection's write_lock, then its lock, then a port's lock, then a set's lock; the owed list's
- * lock and the transport's command lock are leaves.
+ * Lock order: a connection's read_lock, its write_lock, its lock, then a port's lock, then a set's lock; the owed
+ * list's lock, the feeds lock and the transport's command lock are leaves.
  */
 #ifndef PL_REMOTE_H
 #define PL_REMOTE_H
@@ -114,6 +119,10 @@ typedef struct pl_service pl_service_t;
 struct pl_conn {
     atomic_uint refs;
     int fd;
+    pthread_mutex_t read_lock;/* held by whoever reads and handles frames: the transport, or a feeder's set */
+    int out_fd;               /* a duplicate of fd, watched for EPOLLOUT while frames wait; -1 (write_lock) */
+    pthread_mutex_t feeds_lock;
+    struct pl_feed *feeds;    /* the sets this connection feeds (each a reference) */
     bool accepted;            /* the service's side */
     pl_sender_t peer;         /* credentials read when the connection was made */
 
@@ -169,7 +178,19 @@ void pl_conn_write_hello(pl_conn_t *conn, uint32_t status, pl_wire_right_t boots
 void pl_conn_flush_outgoing(pl_conn_t *conn);
 /* Sends the credit owed to the peer (the transport thread, when asked). */
 void pl_conn_flush_owed(pl_conn_t *conn);
-/* Handles one received packet (the transport thread). false: the peer broke the protocol (reason set). */
+/* What reading a connection found. */
+typedef enum pl_read_result {
+    PL_READ_DRAINED,          /* nothing more to read now */
+    PL_READ_MORE,             /* the budget ran out with frames still waiting */
+    PL_READ_ENDED,            /* the end: the peer closed, the socket broke, or it broke the protocol (*why) */
+} pl_read_result_t;
+
+/* Packets one read takes at most (recvmmsg); a reader's buffer holds this many frames. */
+#define PL_READ_BATCH 4
+/* Reads and handles up to about `budget` frames (read_lock held) into `buffer` (PL_READ_BATCH frames' room). */
+pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why);
+
+/* Handles one received packet (the reader). false: the peer broke the protocol (reason set). */
 bool pl_conn_receive_frame(pl_conn_t *conn, const uint8_t *packet, size_t length, int *fds, uint32_t fd_count,
                            const char **reason);
 /* Ends the connection: proxies become dead names, exports are dropped, waiters wake. The transport thread. */
@@ -240,6 +261,23 @@ void pl_transport_reclaim(pl_port_t *port);           /* send RECLAIMs for this 
 void pl_transport_port_destroyed(pl_port_t *port);    /* tell holders, withdraw its service */
 void pl_transport_kill(pl_conn_t *conn, const char *why); /* end a connection (a write failed) */
 void pl_transport_drop_export(pl_conn_t *conn, uint32_t handle); /* drop an export left with no transfer */
+void pl_transport_read(pl_conn_t *conn);               /* read on where a feeder's reader stopped */
+void pl_transport_rewatch(pl_conn_t *conn);            /* queue the transport's watch behind the sets' */
+
+/* ---- feeders (pl_feeder.c) ---- */
+
+/* A set this connection feeds (the feeds lock). */
+typedef struct pl_feed {
+    pl_port_set_t *set;       /* a reference */
+    struct pl_feed *next;
+} pl_feed_t;
+
+/* A message from `conn` was queued on `port`: the port's sets watch the connection from now on. */
+void pl_feeder_learn(pl_port_t *port, pl_conn_t *conn);
+/* The connection ends: every set it feeds forgets it (before its socket is closed). */
+void pl_feeders_detach_conn(pl_conn_t *conn);
+/* A buffer of PL_READ_BATCH frames for the calling thread (freed with the thread), or NULL. */
+uint8_t *pl_thread_frame_buffer(void);
 /* A live client connection to this socket path, if any (a reference). */
 pl_conn_t *pl_transport_find_client(const char *key);
 

@@ -11,6 +11,7 @@
 #include "pl_remote.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -21,6 +22,7 @@
 #define PL_TAG_WAKE 0u
 #define PL_TAG_CONN 1u
 #define PL_TAG_SERVICE 2u
+#define PL_TAG_CONN_OUT 3u  /* a connection's duplicate, watched for room to write */
 #define PL_FRAMES_PER_WAKE 64
 
 typedef enum pl_command_kind {
@@ -28,6 +30,7 @@ typedef enum pl_command_kind {
     PL_CMD_KILL,
     PL_CMD_WITHDRAW,
     PL_CMD_DROP_EXPORT,
+    PL_CMD_READ,
 } pl_command_kind_t;
 
 typedef struct pl_command {
@@ -137,14 +140,31 @@ void pl_transport_flush_owed(pl_conn_t *conn) { pl_post(PL_CMD_FLUSH_OWED, conn,
 void pl_transport_drop_export(pl_conn_t *conn, uint32_t handle) {
     pl_post_handle(PL_CMD_DROP_EXPORT, conn, NULL, NULL, handle);
 }
+void pl_transport_read(pl_conn_t *conn) { pl_post(PL_CMD_READ, conn, NULL, NULL); }
 void pl_transport_kill(pl_conn_t *conn, const char *why) { pl_post(PL_CMD_KILL, conn, NULL, why); }
 void pl_transport_port_destroyed(pl_port_t *port) { pl_post(PL_CMD_WITHDRAW, NULL, port, NULL); }
 void pl_transport_reclaim(pl_port_t *port) { pl_remote_reclaim(port); }
 
 /* ---- registration ----------------------------------------------------------------------------------- */
 
+/* The transport's watch of a connection's socket: exclusive, so that the kernel wakes one watcher, and after the
+ * sets' (it is added after theirs, and moved behind each new one), so that a set's sleeping receiver is that one. */
+static struct epoll_event pl_conn_watch(pl_conn_t *conn) {
+    return (struct epoll_event){ .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN };
+}
+
+void pl_transport_rewatch(pl_conn_t *conn) {
+    pthread_mutex_lock(&conn->write_lock); /* keeps the descriptor open */
+    if (conn->fd >= 0 && T.epoll_fd >= 0) {
+        struct epoll_event event = pl_conn_watch(conn);
+        epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, conn->fd, NULL);
+        epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, conn->fd, &event); /* level-triggered: readiness now is not lost */
+    }
+    pthread_mutex_unlock(&conn->write_lock);
+}
+
 pl_status_t pl_transport_add_conn(pl_conn_t *conn) {
-    struct epoll_event event = { .events = EPOLLIN | EPOLLRDHUP, .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN };
+    struct epoll_event event = pl_conn_watch(conn);
     pthread_mutex_lock(&T.lock);
     if (epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, conn->fd, &event) != 0) {
         pl_status_t status = pl_system_failure("epoll_ctl");
@@ -174,18 +194,26 @@ pl_status_t pl_transport_add_service(pl_service_t *service) {
     return PL_OK;
 }
 
+/* Room to write is watched on a duplicate of the socket: an exclusive watch cannot be modified (EPOLL_CTL_MOD),
+ * and a second watch of the same descriptor is refused. write_lock held: the descriptor is open. */
 void pl_transport_want_writable(pl_conn_t *conn) {
-    if (T.epoll_fd < 0) return;
-    struct epoll_event event = { .events = EPOLLIN | EPOLLRDHUP | EPOLLOUT,
-                                 .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN };
-    epoll_ctl(T.epoll_fd, EPOLL_CTL_MOD, conn->fd, &event); /* write_lock held: the descriptor is open */
+    if (T.epoll_fd < 0 || conn->out_fd >= 0) return;
+    conn->out_fd = fcntl(conn->fd, F_DUPFD_CLOEXEC, 0);
+    struct epoll_event event = { .events = EPOLLOUT, .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN_OUT };
+    if (conn->out_fd < 0 || epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, conn->out_fd, &event) != 0) {
+        /* No descriptor to watch with: the transport looks again at its next wake-up (a second at most). */
+        if (conn->out_fd >= 0) close(conn->out_fd);
+        conn->out_fd = -1;
+        pl_transport_read(conn);
+    }
 }
 
 static void pl_transport_writable_done(pl_conn_t *conn) {
     pthread_mutex_lock(&conn->write_lock);
-    if (conn->fd >= 0 && !conn->want_writable) {
-        struct epoll_event event = { .events = EPOLLIN | EPOLLRDHUP, .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN };
-        epoll_ctl(T.epoll_fd, EPOLL_CTL_MOD, conn->fd, &event);
+    if (conn->out_fd >= 0 && !conn->want_writable) {
+        epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, conn->out_fd, NULL);
+        close(conn->out_fd);
+        conn->out_fd = -1;
     }
     pthread_mutex_unlock(&conn->write_lock);
 }
@@ -233,11 +261,14 @@ static void pl_transport_end(pl_conn_t *conn, const char *why) {
     }
     pthread_mutex_unlock(&T.lock);
     if (!found) return; /* ended already */
+    pthread_mutex_lock(&conn->read_lock); /* a set's receiver reading it finishes first */
     pthread_mutex_lock(&conn->write_lock);
     if (conn->fd >= 0) epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, conn->fd, NULL);
+    if (conn->out_fd >= 0) epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, conn->out_fd, NULL);
     pthread_mutex_unlock(&conn->write_lock);
     if (conn->service != NULL) conn->service->connections--;
     pl_conn_teardown(conn, why);
+    pthread_mutex_unlock(&conn->read_lock);
     conn->next = pl_graveyard;
     pl_graveyard = conn;
 }
@@ -281,6 +312,8 @@ static void pl_resume_listeners(void) {
 
 /* ---- the loop --------------------------------------------------------------------------------------- */
 
+static void pl_read_conn(pl_conn_t *conn, uint8_t *buffer);
+
 static void pl_run_commands(void) {
     uint64_t value;
     ssize_t ignored = read(T.wake_fd, &value, sizeof value);
@@ -295,7 +328,12 @@ static void pl_run_commands(void) {
         switch (command->kind) {
         case PL_CMD_FLUSH_OWED: pl_conn_flush_owed(command->conn); break;
         case PL_CMD_KILL: pl_transport_end(command->conn, command->why); break;
-        case PL_CMD_DROP_EXPORT: pl_export_drop_if_unused(command->conn, command->handle); break;
+        case PL_CMD_DROP_EXPORT:
+            pthread_mutex_lock(&command->conn->read_lock); /* exports are freed by the reader only */
+            pl_export_drop_if_unused(command->conn, command->handle);
+            pthread_mutex_unlock(&command->conn->read_lock);
+            break;
+        case PL_CMD_READ: pl_read_conn(command->conn, pl_thread_frame_buffer()); break;
         case PL_CMD_WITHDRAW: {
             pl_port_t *port = command->port;
             pthread_mutex_lock(&port->lock);
@@ -324,44 +362,13 @@ static void pl_run_commands(void) {
 }
 
 static void pl_read_conn(pl_conn_t *conn, uint8_t *buffer) {
-    for (int i = 0; i < PL_FRAMES_PER_WAKE; i++) {
-        union {
-            char bytes[PL_CMSG_SPACE];
-            struct cmsghdr align;
-        } control;
-        struct iovec iov = { .iov_base = buffer, .iov_len = PL_WIRE_MAX_FRAME };
-        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,
-                              .msg_controllen = sizeof control.bytes };
-        ssize_t n = recvmsg(conn->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-        /* ECONNRESET: the peer closed with our frames unread. The kernel says so once, ahead of what the peer
-         * sent before closing (a refusal, its last messages), which is still to be read; the end follows it. */
-        if (n < 0 && (errno == EINTR || errno == ECONNRESET)) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-        if (n <= 0) {
-            pl_transport_end(conn, n == 0 ? "the peer closed the connection" : "the connection broke");
-            return;
-        }
-        /* Descriptors first: whatever happens to the frame, none may leak. */
-        int fds[PL_WIRE_MAX_ATTACHMENTS];
-        uint32_t fd_count = 0;
-        bool extra_fds = false, has_sender = false;
-        pl_sender_t sender = { 0 };
-        pl_cmsg_collect(&msg, fds, &fd_count, &extra_fds, &sender, &has_sender);
-        bool awaiting_hello = !conn->accepted && !conn->hello_received;
-        if (awaiting_hello && has_sender) conn->peer = sender; /* the service itself, as the kernel saw it send */
-        const char *reason = NULL;
-        if (msg.msg_flags & MSG_CTRUNC) reason = "frame: descriptors cut off";
-        else if (msg.msg_flags & MSG_TRUNC) reason = "frame: over the largest frame";
-        else if (extra_fds) reason = "frame: too many descriptors";
-        if (reason != NULL) {
-            for (uint32_t k = 0; k < fd_count; k++) close(fds[k]);
-        } else if (pl_conn_receive_frame(conn, buffer, (size_t)n, fds, fd_count, &reason)) {
-            if (awaiting_hello) pl_cmsg_ask_credentials(conn->fd, false); /* the hello was all we needed */
-            continue;
-        }
-        pl_transport_end(conn, reason);
-        return;
-    }
+    /* A set's receiver reading it already reads what woke us too. */
+    if (pthread_mutex_trylock(&conn->read_lock) != 0) return;
+    const char *why;
+    pl_read_result_t result = pl_conn_read_frames(conn, buffer, PL_FRAMES_PER_WAKE, &why);
+    pthread_mutex_unlock(&conn->read_lock);
+    if (result == PL_READ_ENDED) pl_transport_end(conn, why);
+    /* PL_READ_MORE: the socket stays readable and the next wait reports it again. */
 }
 
 static void pl_accept_on(pl_service_t *service) {
@@ -386,12 +393,12 @@ static void pl_accept_on(pl_service_t *service) {
 static void *pl_transport_main(void *unused) {
     (void)unused;
     pl_thread_set_name("portloop-ipc");
-    uint8_t *buffer = malloc(PL_WIRE_MAX_FRAME);
+    uint8_t *buffer = pl_thread_frame_buffer();
     struct epoll_event events[64];
     for (;;) {
         int n = epoll_wait(T.epoll_fd, events, 64, buffer == NULL || pl_paused_count > 0 ? 100 : -1);
         pl_resume_listeners();
-        if (buffer == NULL) { buffer = malloc(PL_WIRE_MAX_FRAME); continue; }
+        if (buffer == NULL) { buffer = pl_thread_frame_buffer(); continue; }
         for (int i = 0; i < n; i++) {
             uint64_t data = events[i].data.u64;
             uint32_t tag = (uint32_t)(data & 7u);
@@ -405,11 +412,12 @@ static void *pl_transport_main(void *unused) {
                 bool ended = false;
                 for (pl_conn_t *g = pl_graveyard; g != NULL; g = g->next) ended = ended || g == conn;
                 if (ended) continue;
-                if (events[i].events & EPOLLOUT) {
+                if (tag == PL_TAG_CONN_OUT) {
                     pl_conn_flush_outgoing(conn);
                     pl_transport_writable_done(conn);
+                } else {
+                    pl_read_conn(conn, buffer);
                 }
-                if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) pl_read_conn(conn, buffer);
             }
         }
         pl_bury();
