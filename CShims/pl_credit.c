@@ -26,9 +26,11 @@ static inline uint32_t pl_free_room_locked(const pl_port_t *port) {
     return port->dead || used >= port->qlimit ? 0 : port->qlimit - used;
 }
 
+/* The live export of `port` on `conn` (both locks held). One the peer released is skipped even while it is still
+ * in the port's list (it leaves it a moment after the table): its handle must not be named again. */
 static pl_export_t *pl_find_export_locked(pl_port_t *port, pl_conn_t *conn) {
     for (pl_export_t *e = port->exports; e != NULL; e = e->next_of_port) {
-        if (e->conn == conn) return e;
+        if (e->conn == conn && !e->released) return e;
     }
     return NULL;
 }
@@ -273,7 +275,10 @@ bool pl_credit_released(pl_conn_t *conn, uint32_t handle, uint32_t transfers, ui
     bool counted = transfers <= e->transfers;
     if (counted) e->transfers -= transfers;
     bool last = counted && e->transfers == 0;
-    if (last) pl_handle_map_remove(&conn->exports, handle);
+    if (last) {
+        pl_handle_map_remove(&conn->exports, handle);
+        e->released = true;
+    }
     pthread_mutex_unlock(&conn->lock);
     if (!counted) {
         *reason = "release: more rights than sent";
@@ -358,7 +363,10 @@ void pl_export_drop_if_unused(pl_conn_t *conn, uint32_t handle) {
     pthread_mutex_lock(&conn->lock);
     pl_export_t *e = pl_handle_map_get(&conn->exports, handle);
     bool unused = e != NULL && e->transfers == 0;
-    if (unused) pl_handle_map_remove(&conn->exports, handle);
+    if (unused) {
+        pl_handle_map_remove(&conn->exports, handle);
+        e->released = true;
+    }
     pthread_mutex_unlock(&conn->lock);
     if (unused) pl_export_drop(e);
 }

@@ -79,6 +79,7 @@ typedef struct pl_export {
     uint32_t handle;
     /* the connection's lock: */
     uint32_t transfers;       /* rights sent on the connection that the peer has not released */
+    bool released;            /* out of the connection's table: a new right needs a new export */
     /* the port's lock: */
     uint32_t lent;            /* credit lent to the peer, owed included; part of port->reserved */
     bool waiting;             /* the peer waits for credit; counted in port->want_waiters */

@@ -171,3 +171,78 @@ struct CrossProcessMessagingTests {
     }
 }
 
+
+/// The same reply port, named in request after request while the service lets go of each right it got: the
+/// holder's release of the last right and the next transfer cross on the wire.
+@Suite("Across processes: a reply port reused")
+struct CrossProcessReusedReplyPortTests {
+    @Test("30,000 round trips naming one reply port each time: every reply arrives, the connection holds")
+    func reusedReplyPort() throws {
+        let space = TemporaryNamespace()
+        let service = try Peer(["serve", space.path, "echo"])
+        #expect(service.ready())
+        let right = try space.namespace.lookUp("echo")
+        let replies = try PortReceiveRight(queueLimit: 4)
+        var buffer = [UInt8](repeating: 0, count: 16)
+        var done = 0
+        for round in 0..<30_000 {
+            let bytes = withUnsafeBytes(of: UInt32(round)) { Array($0) }
+            do {
+                try right.send(id: 1, bytes: bytes, replyPort: replies.makeSendRight(), timeout: .seconds(10))
+                let header = try buffer.withUnsafeMutableBytes { try replies.receive(into: $0, timeout: .seconds(10)) }
+                guard header.id == 101, Array(buffer[0..<header.size]) == bytes else {
+                    Issue.record("round \(round): reply \(header.id) \(buffer[0..<header.size])")
+                    break
+                }
+            } catch {
+                Issue.record("round \(round): \(error)")
+                break
+            }
+            done += 1
+        }
+        #expect(done == 30_000)
+        #expect(!right.isDeadName)
+    }
+}
+
+extension CrossProcessReusedReplyPortTests {
+    @Test("30,000 round trips between run loops, each request naming the loop's own port for the reply")
+    func reusedReplyPortBetweenLoops() throws {
+        let space = TemporaryNamespace()
+        let service = try Peer(["serve", space.path, "echo"])
+        #expect(service.ready())
+        let right = try space.namespace.lookUp("echo")
+        let rounds = 30_000
+        let state = Locked((done: 0, failure: String?.none))
+        let finished = Latch()
+        let own = Locked<PortSendRight?>(nil)
+        let source = try RunLoopPortSource(queueLimit: 8) { message in
+            let next = state.withLock { s -> Int? in
+                s.done += 1
+                return s.done < rounds ? s.done : nil
+            }
+            guard let next, let mine = own.current else {
+                finished.signal()
+                return nil
+            }
+            do {
+                try right.send(id: 1, bytes: withUnsafeBytes(of: UInt32(next)) { Array($0) }, replyPort: mine,
+                               timeout: .seconds(10))
+            } catch {
+                state.withLock { $0.failure = "round \(next): \(error)" }
+                finished.signal()
+            }
+            _ = message
+            return nil
+        }
+        own.withLock { $0 = source.makeSendRight() }
+        let thread = try RunLoopThread(name: "reply-reuse")
+        defer { thread.stop() }
+        try thread.loop.add(source, mode: .default)
+        try right.send(id: 1, bytes: [0, 0, 0, 0], replyPort: own.current, timeout: .seconds(10))
+        finished.wait() // a break ends it at once; a hang is the test runner's to report
+        #expect(state.current.failure == nil, "\(state.current.failure ?? "")")
+        #expect(state.current.done == rounds)
+        own.withLock { $0 = nil }
+    }
+}
