@@ -24,20 +24,21 @@ let ipcPingPongScenario = Scenario(
 
     primeCrossProcess()
     let broken = BrokenRuns()
+    let (sourceVariant, requestVariant, receiveVariant) = ("Source1", "request()", "send + receive(into:)")
     let samples = checkingDescriptors("ipc-pingpong") {
         measureInterleaved(runs: settings.runs, [
             {
-                broken.retrying("ipc-pingpong Source1") {
+                broken.retrying(sourceVariant) {
                     withEchoChild { ipcLoopPingPong($0, warmup: warmup, roundTrips: roundTrips) }
                 }
             },
             {
-                broken.retrying("ipc-pingpong request()") {
+                broken.retrying(requestVariant) {
                     withEchoChild { ipcRequestPingPong($0, warmup: warmup, roundTrips: roundTrips) }
                 }
             },
             {
-                broken.retrying("ipc-pingpong receive(into:)") {
+                broken.retrying(receiveVariant) {
                     withEchoChild { ipcReceivePingPong($0, warmup: warmup, roundTrips: roundTrips) }
                 }
             },
@@ -54,10 +55,10 @@ let ipcPingPongScenario = Scenario(
             sample: samples[2], unit: unit),
         Row(.floor, "C floor: SOCK_SEQPACKET socketpair, two processes, blocking send/recv", sample: samples[3],
             unit: unit, short: "seqpacket"),
-    ].withPeerRatios() + [
-        Row(.counter, "runs repeated: the connection to the child broke (all variants)", value: Double(broken.count),
-            unit: "runs", decimals: 0),
-    ]
+    ].withPeerRatios() + [sourceVariant, requestVariant, receiveVariant].map { variant in
+        Row(.counter, "runs repeated, the connection to the child broke: \(variant)",
+            value: Double(broken.counts[variant] ?? 0), unit: "runs", decimals: 0)
+    }
 }
 
 /// `ipc-throughput`: one-way messages from one process to a run loop in another, in messages per second.

@@ -207,22 +207,26 @@ final class ChildEchoService {
 }
 
 /// Runs of the cross-process ping-pong that were repeated because the connection to the child broke in the
-/// middle: PortLoop's transport ended it (the parent's side logged nothing; a probe on `pl_conn_teardown` gave
-/// "message: to a handle this side never gave out") while both processes lived, and the round trip in flight
-/// never came back. A broken run is discarded and run again, at most `limit` times in a row; the count is
-/// reported as a side figure so that it cannot go unnoticed.
+/// middle: PortLoop's transport ended it while both processes lived, and the round trip in flight never came
+/// back. Probes (perf probe on `pl_conn_teardown`, `pl_credit_released`, `pl_handle_map_get`) showed why: this
+/// process's transport read the child's RELEASE of the reply port's last right, removed that export's handle,
+/// and then a reply addressed to the same handle, which the next request had named again ("message: to a
+/// handle this side never gave out"). It happens only where every request carries a right to the same reply
+/// port (the Source1 and receive(into:) variants; `request()` makes a fresh port each time). A broken run is
+/// discarded and run again, at most `limit` times in a row; the counts, per variant, are side figures so that
+/// they cannot go unnoticed.
 final class BrokenRuns: @unchecked Sendable {
-    private(set) var count = 0
-    let limit = 5
+    private(set) var counts: [String: Int] = [:]
+    let limit = 20
 
-    /// Runs `body` until it returns a figure (nil: the connection broke), counting the broken runs.
+    /// Runs `body` until it returns a figure (nil: the connection broke), counting the broken runs as `what`'s.
     func retrying(_ what: String, _ body: () -> Double?) -> Double {
         for _ in 0..<limit {
             if let value = body() { return value }
-            count += 1
-            printError("warning: \(what): the connection to the child broke during the run; running it again")
+            counts[what, default: 0] += 1
+            printError("warning: ipc-pingpong \(what): the connection to the child broke during the run; run again")
         }
-        fatalError("\(what): the connection broke in \(limit) runs in a row")
+        fatalError("ipc-pingpong \(what): the connection broke in \(limit) runs in a row")
     }
 }
 
