@@ -107,4 +107,6 @@ let allScenarios: [Scenario] = [
     idleScenario,
     memoryScenario,
     allocsScenario,
+    ipcPingPongScenario,
+    ipcThroughputScenario,
 ]

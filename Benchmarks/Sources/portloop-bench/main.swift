@@ -11,6 +11,12 @@ import Musl
 #endif
 import Dispatch
 
+// The child process of the cross-process scenarios (IPCSupport.swift): a hidden first argument, handled before
+// anything else (no priming of CF, NIO or dispatch, no scenario).
+if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "--ipc-child" {
+    runIPCChild(Array(CommandLine.arguments.dropFirst(2)))
+}
+
 /// Writes a line to standard error (progress and errors; standard output stays clean for --json).
 func printError(_ text: String) {
     var line = text + "\n"

@@ -3,8 +3,8 @@
  *
  * Each function runs one workload the benchmark also runs through PortLoop, written as directly as the
  * kernel or libevent allow, so a PortLoop figure can be read as "x times the floor". Each spawns its own
- * threads, does a short untimed warm-up, times only the steady part and returns the elapsed time in
- * nanoseconds, or -1 if a system call failed (errno tells which).
+ * threads (the seqpacket floors fork a child process instead), does a short untimed warm-up, times only the
+ * steady part and returns the elapsed time in nanoseconds, or -1 if a system call failed (errno tells which).
  */
 #ifndef CBENCHFLOORS_H
 #define CBENCHFLOORS_H
@@ -34,6 +34,16 @@ int64_t bf_eventfd_counter_throughput(uint64_t messages);
  *  next one, and records each date's lateness (time seen due minus fire date) in `lateness[i]`.
  *  Returns the time of the last fire (CLOCK_MONOTONIC nanoseconds), or -1 if libevent failed. */
 int64_t bf_libevent_timers(const int64_t *fire_dates, uint64_t count, int64_t *lateness);
+
+/** Two processes ping-pong 8-byte packets over a SOCK_SEQPACKET socketpair with blocking send/recv: the caller
+ *  forks a child that echoes every packet until end of file, and waits for it at the end.
+ *  Returns the nanoseconds taken by `round_trips` round trips (after `warmup` untimed ones). */
+int64_t bf_seqpacket_pingpong(uint64_t warmup, uint64_t round_trips);
+
+/** One-way: a forked child sends `messages` 8-byte packets on a SOCK_SEQPACKET socketpair (blocking send), the
+ *  caller receives them (blocking recv). Returns the nanoseconds from the child's first send (after a go
+ *  packet from the caller) to the caller's last receive. */
+int64_t bf_seqpacket_throughput(uint64_t messages);
 
 /** CLOCK_MONOTONIC in nanoseconds, the clock every floor uses. */
 int64_t bf_now_ns(void);

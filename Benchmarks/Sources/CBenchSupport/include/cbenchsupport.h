@@ -1,5 +1,6 @@
 /*
- * cbenchsupport.h — measuring helpers: heap accounting (`allocs`, `memory`) and per-thread CPU (`idle`).
+ * cbenchsupport.h — measuring helpers: heap accounting (`allocs`, `memory`), per-thread CPU (`idle`), and a
+ * cross-process scenarios' child tied to its parent's life.
  *
  * Allocation counting: this target defines malloc, calloc, realloc, posix_memalign, aligned_alloc, memalign, valloc and pvalloc
  * in the executable. On ELF the executable's definitions take precedence over libc's for every library
@@ -50,6 +51,11 @@ int64_t bs_process_cpu_ns(void);
 /** Context switches of the thread with kernel id `tid` so far, voluntary plus involuntary (from
  *  /proc/self/task/TID/status); -1 if it cannot be read. A thread that sleeps and is woken counts one. */
 int64_t bs_thread_context_switches(int32_t tid);
+
+/** For a child process: asks the kernel to SIGKILL it when its parent goes (PR_SET_PDEATHSIG; the parent *thread*
+ *  that spawned it, in fact, so spawn from a thread that outlives the child). Returns 0, or -1 if the prctl
+ *  failed or `parent` is no longer the parent (it is gone already). */
+int bs_die_with_parent(int32_t parent);
 
 #ifdef __cplusplus
 }
