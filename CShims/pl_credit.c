@@ -66,22 +66,35 @@ static void pl_give_room_to_waiters_locked(pl_port_t *port) {
 
 /* ---- exporting -------------------------------------------------------------------------------------- */
 
+/* The next handle to give out on a connection (its lock held; fewer than PL_CONN_MAX_RIGHTS are live). Handles go
+ * up one by one; after 2^32 - 2 of them they start again from 1, skipping the live ones. A handle is reused only
+ * that long after it was released, so no frame naming the old one can still be on its way (a connection giving
+ * out a fresh reply port for each of 25,000 requests a second wraps after two days). */
+static uint32_t pl_conn_next_handle_locked(pl_conn_t *conn) {
+    for (;;) {
+        uint32_t handle = conn->next_handle;
+        conn->next_handle = handle + 1 >= PL_WIRE_HANDLE_NONE ? 1 : handle + 1;
+        if (pl_handle_map_get(&conn->exports, handle) == NULL) return handle;
+    }
+}
+
 pl_status_t pl_conn_export_locked(pl_conn_t *conn, pl_port_t *port, pl_wire_right_t *out_right, bool *out_dead) {
     pthread_mutex_lock(&port->lock);
     pl_export_t *e = pl_find_export_locked(port, conn);
     if (e == NULL) {
-        if (conn->exports.count >= PL_CONN_MAX_RIGHTS || conn->next_handle == UINT32_MAX - 1) {
+        if (conn->exports.count >= PL_CONN_MAX_RIGHTS) {
             pthread_mutex_unlock(&port->lock);
             return PL_ERR_NO_SPACE;
         }
+        uint32_t handle = pl_conn_next_handle_locked(conn);
         e = calloc(1, sizeof *e);
-        if (e == NULL || !pl_handle_map_put(&conn->exports, conn->next_handle, e)) {
+        if (e == NULL || !pl_handle_map_put(&conn->exports, handle, e)) {
             pthread_mutex_unlock(&port->lock);
             free(e);
             return PL_ERR_NO_MEMORY;
         }
         atomic_init(&e->refs, 1); /* the table's */
-        e->handle = conn->next_handle++;
+        e->handle = handle;
         e->port = port;
         pl_port_make_send(port); /* the peer's rights count as one of the port's send rights */
         e->conn = conn;
