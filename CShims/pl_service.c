@@ -330,7 +330,7 @@ pl_status_t pl_service_look_up(const char *directory, const char *name, int64_t 
     }
 
     int64_t deadline = pl_deadline_ns(timeout_ns);
-    int fd;
+    int fd = -1;
     if ((status = pl_connect(&address, deadline, &fd)) != PL_OK) return status;
     pl_sender_t peer;
     conn = NULL;

@@ -43,12 +43,14 @@
  */
 #define _GNU_SOURCE
 #include "portloop.h"
+#include "pl_remote.h" /* the handle wrap-around scenario drives a connection by hand */
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -1194,6 +1196,31 @@ static void scenario_descriptors(void) {
     pl_port_set_release(again);
 }
 
+/* A connection that has given out nearly every handle starts again from 1, skipping handles still live. */
+static void scenario_handle_wrap(void) {
+    int pair[2];
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, pair) == 0);
+    pl_conn_t *conn = pl_conn_new(pair[0], true);
+    CHECK(conn != NULL);
+    pl_port_t *ports[4];
+    for (int i = 0; i < 4; i++) CHECK_OK(pl_port_create(4, 64, &ports[i]));
+    pl_wire_right_t rights[4];
+    bool dead;
+    pthread_mutex_lock(&conn->lock);
+    CHECK_OK(pl_conn_export_locked(conn, ports[0], &rights[0], &dead)); /* handle 1, kept live */
+    conn->next_handle = PL_WIRE_HANDLE_NONE - 2;                        /* as after 2^32 - 4 more */
+    for (int i = 1; i < 4; i++) CHECK_OK(pl_conn_export_locked(conn, ports[i], &rights[i], &dead));
+    pthread_mutex_unlock(&conn->lock);
+    CHECK(rights[0].handle == 1);
+    CHECK(rights[1].handle == PL_WIRE_HANDLE_NONE - 2);
+    CHECK(rights[2].handle == PL_WIRE_HANDLE_NONE - 1);
+    CHECK(rights[3].handle == 2); /* 2^32 - 1 is never a handle, and 1 is still live */
+    pl_conn_teardown(conn, "done");
+    for (int i = 0; i < 4; i++) pl_port_destroy(ports[i]);
+    close(pair[1]);
+    pl_conn_release(conn);
+}
+
 int main(int argc, char **argv) {
     bool verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     setvbuf(stdout, NULL, _IOLBF, 0); /* the summary must survive LeakSanitizer's exit */
@@ -1213,6 +1240,7 @@ int main(int argc, char **argv) {
         { "misuse", scenario_misuse },
         { "requeue_race", scenario_requeue_race },
         { "descriptors", scenario_descriptors },
+        { "handle_wrap", scenario_handle_wrap },
     };
     int passed = 0, failed = 0;
     int64_t start = now_ns();
