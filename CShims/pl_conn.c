@@ -237,7 +237,10 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why) {
     }
     pl_handle_map_free(&conn->imports);
     pl_handle_map_free(&conn->exports);
-    for (uint32_t i = 0; i < import_count; i++) proxies[i]->proxy->in_table = false;
+    for (uint32_t i = 0; i < import_count; i++) {
+        pl_proxy_revive_locked(conn, proxies[i]); /* off the idle list */
+        proxies[i]->proxy->in_table = false;
+    }
     pl_proxy_forget_imports(import_count);
     pthread_mutex_unlock(&conn->lock);
     pthread_cond_broadcast(&conn->changed);

@@ -52,7 +52,11 @@ pl_port_t *pl_proxy_import_locked(pl_conn_t *conn, pl_wire_right_t right, bool m
     pl_proxy_t *proxy = port->proxy;
     proxy->transfers++;
     proxy->credits += right.credits;
-    if (make_right) pl_port_make_send(port);
+    if (right.flags & PL_RIGHT_PROMPT) proxy->prompt = true;
+    if (make_right) {
+        pl_proxy_revive_locked(conn, port);
+        pl_port_make_send(port);
+    }
     if (right.credits > 0) pthread_cond_broadcast(&conn->changed);
     return port;
 }
@@ -75,16 +79,43 @@ static void pl_proxy_unlink_locked(pl_conn_t *conn, pl_port_t *port) {
     atomic_fetch_sub_explicit(&pl_import_count, 1, memory_order_relaxed);
 }
 
-void pl_proxy_unused(pl_port_t *port) {
+static atomic_uint pl_idle_total;
+
+uint32_t pl_proxy_idle_total(void) { return atomic_load_explicit(&pl_idle_total, memory_order_relaxed); }
+
+/* Takes a proxy off its connection's idle list (the connection's lock held). */
+static void pl_proxy_unidle_locked(pl_conn_t *conn, pl_port_t *port) {
+    pl_proxy_t *proxy = port->proxy;
+    if (!proxy->idle) return;
+    pl_port_t **link = &conn->idle_head, *previous = NULL;
+    while (*link != NULL && *link != port) {
+        previous = *link;
+        link = &(*link)->proxy->next_idle;
+    }
+    if (*link == port) {
+        *link = proxy->next_idle;
+        if (conn->idle_tail == port) conn->idle_tail = previous;
+        conn->idle_count--;
+    }
+    proxy->idle = false;
+    proxy->next_idle = NULL;
+    atomic_fetch_sub_explicit(&pl_idle_total, 1, memory_order_relaxed);
+}
+
+void pl_proxy_revive_locked(pl_conn_t *conn, pl_port_t *port) { pl_proxy_unidle_locked(conn, port); }
+
+/* Tells the owner that this process holds no right for the proxy's handle any more (RELEASE), unless one came
+ * back meanwhile (a transfer, a look-up). */
+static void pl_proxy_release_now(pl_port_t *port) {
     pl_proxy_t *proxy = port->proxy;
     pl_conn_t *conn = proxy->conn;
     pthread_mutex_lock(&conn->write_lock);
     pthread_mutex_lock(&conn->lock);
-    /* A right that came in meanwhile (a transfer, a look-up) keeps it. */
     bool unused = proxy->in_table && !conn->dead &&
                   atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0;
     uint32_t transfers = proxy->transfers, credits = proxy->credits;
     if (unused) {
+        pl_proxy_unidle_locked(conn, port);
         pl_proxy_unlink_locked(conn, port);
         proxy->credits = 0;
     }
@@ -98,7 +129,54 @@ void pl_proxy_unused(pl_port_t *port) {
     pthread_mutex_unlock(&conn->write_lock);
     if (!unused) return;
     if (idle) pl_transport_kill(conn, "no right left on the connection"); /* a client's connection ends when idle */
-    pl_port_release_internal(port); /* the table's reference; the caller still holds its own */
+    pl_port_release_internal(port); /* the table's reference */
+}
+
+/* A proxy whose last right went is kept a while (PL_IDLE_PROXY_NS), in the table and on the connection's idle
+ * list: a right to the same port often comes again soon (a loop's port named for the reply to each request), and
+ * then no RELEASE, no new export and no new proxy are needed. A right whose owner waits for no-senders (a
+ * request's reply port) is released at once; so is the oldest idle proxy when a connection keeps too many. */
+void pl_proxy_unused(pl_port_t *port) {
+    pl_proxy_t *proxy = port->proxy;
+    pl_conn_t *conn = proxy->conn;
+    if (proxy->prompt) {
+        pl_proxy_release_now(port);
+        return;
+    }
+    pl_port_t *oldest = NULL;
+    pthread_mutex_lock(&conn->lock);
+    if (proxy->in_table && !conn->dead && !proxy->idle &&
+        atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0) {
+        proxy->idle = true;
+        proxy->idle_since = pl_now_ns();
+        proxy->next_idle = NULL;
+        if (conn->idle_tail != NULL) conn->idle_tail->proxy->next_idle = port; else conn->idle_head = port;
+        conn->idle_tail = port;
+        conn->idle_count++;
+        atomic_fetch_add_explicit(&pl_idle_total, 1, memory_order_relaxed);
+        if (conn->idle_count > PL_IDLE_PROXIES_MAX) {
+            oldest = conn->idle_head;
+            pl_port_retain_internal(oldest);
+        }
+    }
+    pthread_mutex_unlock(&conn->lock);
+    if (oldest != NULL) {
+        pl_proxy_release_now(oldest);
+        pl_port_release_internal(oldest);
+    }
+}
+
+void pl_conn_release_idle(pl_conn_t *conn, int64_t cutoff) {
+    for (;;) {
+        pthread_mutex_lock(&conn->lock);
+        pl_port_t *port = conn->idle_head;
+        bool due = port != NULL && port->proxy->idle_since <= cutoff;
+        if (due) pl_port_retain_internal(port);
+        pthread_mutex_unlock(&conn->lock);
+        if (!due) return;
+        pl_proxy_release_now(port);
+        pl_port_release_internal(port);
+    }
 }
 
 /* ---- frames from the owner -------------------------------------------------------------------------- */

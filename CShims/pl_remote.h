@@ -40,6 +40,8 @@
 #define PL_CONN_CONTROL_LIMIT (4u << 20) /* beyond this a peer that does not read is disconnected */
 #define PL_SERVICE_MAX_CONNECTIONS 1024u
 #define PL_POLL_ANSWER_NS 50000000      /* how long a poll send without credit waits for the owner's answer */
+#define PL_IDLE_PROXY_NS 1000000000LL   /* how long a proxy without rights is kept before it is released */
+#define PL_IDLE_PROXIES_MAX 64u         /* proxies without rights kept per connection; older ones go at once */
 
 /* ---- a small map from u32 handles to pointers (open addressing) ---- */
 
@@ -103,6 +105,10 @@ typedef struct pl_proxy {
     uint32_t max_size;
     bool want_sent;           /* a WANT is unanswered */
     bool in_table;
+    bool prompt;              /* the owner waits for no-senders: release at once when unused */
+    bool idle;                /* unused, kept for a while in case the right comes again (the connection's list) */
+    int64_t idle_since;
+    struct pl_port *next_idle;
 } pl_proxy_t;
 
 /* ---- connections ---- */
@@ -143,6 +149,8 @@ struct pl_conn {
     uint32_t hello_status;
     pl_handle_map_t exports;  /* handle → pl_export_t */
     pl_handle_map_t imports;  /* handle → pl_port_t (proxy) */
+    pl_port_t *idle_head, *idle_tail; /* proxies with no right left, oldest first, released after a while */
+    uint32_t idle_count;
     uint32_t next_handle;
     uint32_t bootstrap_handle;/* a client's: the service port's handle, from the service's HELLO */
 
@@ -233,8 +241,14 @@ void pl_proxy_forget_imports(uint32_t count); /* a connection's table was droppe
 /* The proxy send path: pl_port_send on a proxy. */
 pl_status_t pl_proxy_send(pl_port_t *proxy, int32_t id, const void *payload, size_t size, pl_port_t *reply,
                           const pl_attachment_t *attachments, uint32_t attachment_count, int64_t timeout_ns);
-/* The last send right to a proxy was released: tell the owner (RELEASE). */
+/* The last send right to a proxy was released: tell the owner (RELEASE), at once or after a while. */
 void pl_proxy_unused(pl_port_t *proxy);
+/* A proxy gets a send right again (the connection's lock held): it is no longer idle. */
+void pl_proxy_revive_locked(pl_conn_t *conn, pl_port_t *proxy);
+/* Releases the connection's proxies idle since before `cutoff` (the transport thread). */
+void pl_conn_release_idle(pl_conn_t *conn, int64_t cutoff);
+/* Proxies idle in this process: the transport sweeps while there are any. */
+uint32_t pl_proxy_idle_total(void);
 /* Frees a proxy's remote part when its memory goes. */
 void pl_proxy_free(pl_proxy_t *proxy);
 

@@ -279,6 +279,7 @@ static pl_port_t *pl_bootstrap_right_locked(pl_conn_t *conn) {
     if (conn->dead || !conn->hello_received || conn->hello_status != PL_HELLO_WELCOME) return NULL;
     pl_port_t *proxy = pl_handle_map_get(&conn->imports, conn->bootstrap_handle);
     if (proxy == NULL || !pl_port_is_alive(proxy)) return NULL; /* withdrawn: look again */
+    pl_proxy_revive_locked(conn, proxy);
     pl_port_make_send(proxy);
     return proxy;
 }

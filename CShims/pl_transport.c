@@ -390,14 +390,40 @@ static void pl_accept_on(pl_service_t *service) {
     }
 }
 
+/* Releases proxies that have had no right for PL_IDLE_PROXY_NS, at most once a second's tenth. */
+static void pl_sweep_idle_proxies(void) {
+    static int64_t last_sweep;
+    if (pl_proxy_idle_total() == 0) return;
+    int64_t now = pl_now_ns();
+    if (now - last_sweep < PL_IDLE_PROXY_NS / 10) return;
+    last_sweep = now;
+    pthread_mutex_lock(&T.lock);
+    uint32_t count = 0;
+    for (pl_conn_t *conn = T.conns; conn != NULL; conn = conn->next) count++;
+    pl_conn_t **conns = count > 0 ? calloc(count, sizeof *conns) : NULL;
+    uint32_t taken = 0;
+    for (pl_conn_t *conn = T.conns; conn != NULL && conns != NULL; conn = conn->next) {
+        pl_conn_retain(conn);
+        conns[taken++] = conn;
+    }
+    pthread_mutex_unlock(&T.lock);
+    for (uint32_t i = 0; i < taken; i++) {
+        pl_conn_release_idle(conns[i], now - PL_IDLE_PROXY_NS);
+        pl_conn_release(conns[i]);
+    }
+    free(conns);
+}
+
 static void *pl_transport_main(void *unused) {
     (void)unused;
     pl_thread_set_name("portloop-ipc");
     uint8_t *buffer = pl_thread_frame_buffer();
     struct epoll_event events[64];
     for (;;) {
-        int n = epoll_wait(T.epoll_fd, events, 64, buffer == NULL || pl_paused_count > 0 ? 100 : -1);
+        int timeout = buffer == NULL || pl_paused_count > 0 ? 100 : (pl_proxy_idle_total() > 0 ? 1000 : -1);
+        int n = epoll_wait(T.epoll_fd, events, 64, timeout);
         pl_resume_listeners();
+        pl_sweep_idle_proxies();
         if (buffer == NULL) { buffer = pl_thread_frame_buffer(); continue; }
         for (int i = 0; i < n; i++) {
             uint64_t data = events[i].data.u64;

@@ -19,13 +19,14 @@ static inline void pl_put32(uint8_t *p, uint32_t v) {
 /* ---- rights ---------------------------------------------------------------------------------------- */
 
 static pl_wire_right_t pl_read_right(const uint8_t *p) {
-    return (pl_wire_right_t){ .kind = p[0], .handle = pl_get32(p + 4), .credits = pl_get32(p + 8),
+    return (pl_wire_right_t){ .kind = p[0], .flags = p[1], .handle = pl_get32(p + 4), .credits = pl_get32(p + 8),
                               .max_size = pl_get32(p + 12) };
 }
 
 static void pl_write_right(uint8_t *p, pl_wire_right_t right) {
     memset(p, 0, PL_WIRE_RIGHT_SIZE);
     p[0] = right.kind;
+    p[1] = right.flags;
     pl_put32(p + 4, right.handle);
     pl_put32(p + 8, right.credits);
     pl_put32(p + 12, right.max_size);
@@ -39,7 +40,11 @@ pl_wire_right_t pl_wire_right_at(const pl_wire_message_t *message, uint32_t i) {
  * left zero, a non-zero handle, a maximum size a port can have. Descriptor indexes are checked by the caller. */
 static bool pl_right_valid(const uint8_t *p, bool may_be_none, bool may_be_fd, const char **reason) {
     pl_wire_right_t right = pl_read_right(p);
-    if (p[1] != 0 || p[2] != 0 || p[3] != 0) { *reason = "right: reserved bytes not zero"; return false; }
+    if (p[2] != 0 || p[3] != 0) { *reason = "right: reserved bytes not zero"; return false; }
+    if (right.flags != 0 && !(right.kind == PL_RIGHT_SENDERS && right.flags == PL_RIGHT_PROMPT)) {
+        *reason = "right: unknown flags";
+        return false;
+    }
     switch (right.kind) {
     case PL_RIGHT_NONE:
         if (!may_be_none) { *reason = "right: empty attachment"; return false; }

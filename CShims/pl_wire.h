@@ -61,8 +61,12 @@ typedef enum pl_right_kind {
     PL_RIGHT_FD = 3,       /* a descriptor: `handle` is its index among the packet's SCM_RIGHTS */
 } pl_right_kind_t;
 
+/* Right flags (PL_RIGHT_SENDERS only) */
+#define PL_RIGHT_PROMPT 0x01u          /* release it as soon as you drop it: its owner waits for no-senders */
+
 typedef struct pl_wire_right {
     uint8_t kind;          /* pl_right_kind_t */
+    uint8_t flags;         /* PL_RIGHT_PROMPT */
     uint32_t handle;       /* or the descriptor's index */
     uint32_t credits;      /* PL_RIGHT_SENDERS: messages the receiver may send on it before asking */
     uint32_t max_size;     /* PL_RIGHT_SENDERS: the port's maximum payload size */
