@@ -12,12 +12,17 @@ import Musl
 /// gives one (`SO_PEERPIDFD`), an identifier that names that process alone for as long as the system runs: a
 /// pid can be reused once its process is gone, ``uniqueProcessID`` cannot.
 public struct SenderIdentity: Hashable, Sendable, CustomStringConvertible {
+    // For this process the ids are read when asked for: a receive must not cost three system calls.
+    private let pid: Int32
+    private let uid: UInt32
+    private let gid: UInt32
+
     /// The sending process's id (`audit_token_to_pid`).
-    public let processID: Int32
+    public var processID: Int32 { isCurrentProcess ? getpid() : pid }
     /// Its effective user id (`audit_token_to_euid`).
-    public let userID: UInt32
+    public var userID: UInt32 { isCurrentProcess ? geteuid() : uid }
     /// Its effective group id (`audit_token_to_egid`).
-    public let groupID: UInt32
+    public var groupID: UInt32 { isCurrentProcess ? getegid() : gid }
     /// The inode number of the sender's pidfd (`audit_token_to_pidversion` plays this part on Darwin): unique
     /// among all processes since boot. 0 when the kernel cannot tell, and for this process.
     public let uniqueProcessID: UInt64
@@ -25,15 +30,12 @@ public struct SenderIdentity: Hashable, Sendable, CustomStringConvertible {
     public let isCurrentProcess: Bool
 
     /// This process, as the sender of its own messages.
-    public static var currentProcess: SenderIdentity {
-        SenderIdentity(processID: getpid(), userID: geteuid(), groupID: getegid(), uniqueProcessID: 0,
-                       isCurrentProcess: true)
-    }
+    public static let currentProcess = SenderIdentity(pid: 0, uid: 0, gid: 0, uniqueProcessID: 0, isCurrentProcess: true)
 
-    init(processID: Int32, userID: UInt32, groupID: UInt32, uniqueProcessID: UInt64, isCurrentProcess: Bool) {
-        self.processID = processID
-        self.userID = userID
-        self.groupID = groupID
+    private init(pid: Int32, uid: UInt32, gid: UInt32, uniqueProcessID: UInt64, isCurrentProcess: Bool) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
         self.uniqueProcessID = uniqueProcessID
         self.isCurrentProcess = isCurrentProcess
     }
@@ -51,8 +53,8 @@ public struct SenderIdentity: Hashable, Sendable, CustomStringConvertible {
         if sender.pid == 0 {
             self = .currentProcess
         } else {
-            self.init(processID: sender.pid, userID: sender.uid, groupID: sender.gid,
-                      uniqueProcessID: sender.process_id, isCurrentProcess: false)
+            self.init(pid: sender.pid, uid: sender.uid, gid: sender.gid, uniqueProcessID: sender.process_id,
+                      isCurrentProcess: false)
         }
     }
 
