@@ -207,14 +207,10 @@ final class ChildEchoService {
 }
 
 /// Runs of the cross-process ping-pong that were repeated because the connection to the child broke in the
-/// middle: PortLoop's transport ended it while both processes lived, and the round trip in flight never came
-/// back. Probes (perf probe on `pl_conn_teardown`, `pl_credit_released`, `pl_handle_map_get`) showed why: this
-/// process's transport read the child's RELEASE of the reply port's last right, removed that export's handle,
-/// and then a reply addressed to the same handle, which the next request had named again ("message: to a
-/// handle this side never gave out"). It happens only where every request carries a right to the same reply
-/// port (the Source1 and receive(into:) variants; `request()` makes a fresh port each time). A broken run is
-/// discarded and run again, at most `limit` times in a row; the counts, per variant, are side figures so that
-/// they cannot go unnoticed.
+/// middle, so that a figure is never made of a round trip that could not come back. A guard: it first caught a
+/// library race (a reply port's released handle named again by the next request, which ended the connection;
+/// fixed since, see RESULTS.md). A broken run is discarded and run again, at most `limit` times in a row; the
+/// counts, per variant, are side figures so that they cannot go unnoticed.
 final class BrokenRuns: @unchecked Sendable {
     private(set) var counts: [String: Int] = [:]
     let limit = 20
