@@ -254,6 +254,18 @@ static bool pl_handle_packet(pl_conn_t *conn, uint8_t *packet, size_t length, st
     return false;
 }
 
+/* Closes the descriptors that came with packets [from, to) of a batch left unhandled (the connection ends). */
+static void pl_close_packets_fds(struct mmsghdr *batch, int from, int to) {
+    for (int k = from; k < to; k++) {
+        int fds[PL_WIRE_MAX_ATTACHMENTS];
+        uint32_t count;
+        bool extra, has;
+        pl_sender_t ignored;
+        pl_cmsg_collect(&batch[k].msg_hdr, fds, &count, &extra, &ignored, &has);
+        for (uint32_t j = 0; j < count; j++) close(fds[j]);
+    }
+}
+
 pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why) {
     *why = NULL;
     int read = 0;
@@ -286,25 +298,11 @@ pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budge
             if (batch[k].msg_len == 0) {
                 /* The end of the stream (an empty packet is never a frame). Descriptors cannot come with it. */
                 *why = "the peer closed the connection";
-                for (int rest = k + 1; rest < n; rest++) {
-                    int fds[PL_WIRE_MAX_ATTACHMENTS];
-                    uint32_t count;
-                    bool extra, has;
-                    pl_sender_t ignored;
-                    pl_cmsg_collect(&batch[rest].msg_hdr, fds, &count, &extra, &ignored, &has);
-                    for (uint32_t j = 0; j < count; j++) close(fds[j]);
-                }
+                pl_close_packets_fds(batch, k + 1, n);
                 return PL_READ_ENDED;
             }
             if (!pl_handle_packet(conn, iov[k].iov_base, batch[k].msg_len, &batch[k].msg_hdr, why)) {
-                for (int rest = k + 1; rest < n; rest++) { /* packets after the fatal one: their descriptors */
-                    int fds[PL_WIRE_MAX_ATTACHMENTS];
-                    uint32_t count;
-                    bool extra, has;
-                    pl_sender_t ignored;
-                    pl_cmsg_collect(&batch[rest].msg_hdr, fds, &count, &extra, &ignored, &has);
-                    for (uint32_t j = 0; j < count; j++) close(fds[j]);
-                }
+                pl_close_packets_fds(batch, k + 1, n); /* packets after the fatal one */
                 return PL_READ_ENDED;
             }
         }
