@@ -144,13 +144,14 @@ fuzz: $(FUZZ_DIR)/pl_fuzz_model $(FUZZ_DIR)/pl_fuzz_wire
 
 # The same program without sanitizers, under valgrind's leak checker (about 8 s). `leakcheck` runs it
 # when valgrind is installed; `make deps` does not install valgrind. DWARF 4: valgrind cannot read the
-# DWARF 5 that newer clangs write. --fair-sched: valgrind runs one thread at a time, and by default a thread
+# DWARF 5 that newer clangs write. --child-silent-after-fork: the fork scenario's child inherits the parent's memory,
+# which valgrind would report as its leaks. --fair-sched: valgrind runs one thread at a time, and by default a thread
 # spinning on the port layer's adaptive mutexes (descriptor_for_waiter's pollers) can keep the others from
 # running for minutes.
 stress-valgrind: deps
 	@mkdir -p $(STRESS_DIR)
 	$(CC_STRESS) $(STRESS_CFLAGS) -gdwarf-4 -o $(STRESS_DIR)/pl_stress $(STRESS_SOURCES) $(STRESS_LIBS)
-	valgrind -q --fair-sched=yes --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible \
+	valgrind -q --fair-sched=yes --child-silent-after-fork=yes --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible \
 	    --error-exitcode=1 $(STRESS_DIR)/pl_stress
 
 # SwiftPM plans a path dependency's sources only when the root package changed, so a file added to PortLoop

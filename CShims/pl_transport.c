@@ -55,7 +55,48 @@ static struct {
 
 static void *pl_transport_main(void *unused);
 
+/* fork() copies the process with only the forking thread: the child has no transport thread but would share the
+ * parent's epoll instance, and a connection it made would be registered there, under an address that means
+ * nothing in the parent. The child therefore forgets the parent's transport (its copies of the descriptors
+ * closed, its connections and services left alone: they are the parent's) and starts its own when it first
+ * needs one. Connections and rights inherited from the parent are not usable in the child. */
+static void pl_transport_before_fork(void) { pthread_mutex_lock(&T.lock); }
+static void pl_transport_after_fork_parent(void) { pthread_mutex_unlock(&T.lock); }
+static void pl_transport_after_fork_child(void) {
+    if (T.started) {
+        close(T.epoll_fd);
+        close(T.wake_fd);
+        for (pl_conn_t *conn = T.conns; conn != NULL; conn = conn->next) {
+            conn->dead = true; /* its locks may be held by threads that do not exist here: nothing is taken */
+            if (conn->fd >= 0) close(conn->fd);
+            conn->fd = -1;
+        }
+        for (pl_service_t *service = T.services; service != NULL; service = service->next) {
+            if (service->listen_fd >= 0) close(service->listen_fd);
+            service->listen_fd = -1;
+            if (service->lock_fd >= 0) close(service->lock_fd);
+            service->lock_fd = -1;
+            service->withdrawn = true;
+            service->path = NULL; /* the parent's name: never unlinked from here (leaked, as the copy is) */
+        }
+    }
+    T.started = false;
+    T.epoll_fd = T.wake_fd = -1;
+    T.head = T.tail = NULL; /* the parent's commands (leaked in the child) */
+    T.wake_pending = false;
+    T.conns = NULL;
+    T.services = NULL;
+    T.connection_count = 0;
+    pthread_mutex_unlock(&T.lock);
+}
+
+static pthread_once_t pl_fork_handlers_once = PTHREAD_ONCE_INIT;
+static void pl_install_fork_handlers(void) {
+    pthread_atfork(pl_transport_before_fork, pl_transport_after_fork_parent, pl_transport_after_fork_child);
+}
+
 pl_status_t pl_transport_start(void) {
+    pthread_once(&pl_fork_handlers_once, pl_install_fork_handlers);
     pthread_mutex_lock(&T.lock);
     pl_status_t status = PL_OK;
     if (!T.started) {
