@@ -19,6 +19,11 @@
 //   hold DIR NAME
 //       looks NAME up and sends it a message id 2 carrying a send right to a port of its own, which it never
 //       reads; then waits for ever (the test kills it).
+//   lend DIR NAME
+//       as hold, but a line on stdin destroys its own port (the right it sent becomes a dead name while this
+//       process lives) and it prints `destroyed`.
+//   drop DIR NAME
+//       looks NAME up, makes one request (id 1), lets its right go and prints `dropped`; then waits for ever.
 //   cycles DIR NAME COUNT
 //       the leak check: COUNT connect/kill cycles of `hold` children against a service of its own (see below).
 //   lookup DIR NAME [--as-nobody]
@@ -112,6 +117,32 @@ func hold(_ namespace: PortNamespace, _ name: String) -> Never {
     } catch { fail("send: \(error)") }
     say("ready \(getpid())")
     park(holding: mine, and: service)
+}
+
+/// The `lend` role: as `hold`, then destroys its port when told to.
+func lend(_ namespace: PortNamespace, _ name: String) -> Never {
+    let mine = must("port") { try PortReceiveRight(queueLimit: 1) }
+    let service = must("lookUp") { try namespace.lookUp(name) }
+    do {
+        _ = try service.request(id: 2, bytes: Array("lend".utf8), timeout: .seconds(10))
+        try service.send(id: 2, bytes: Array("lent".utf8), attachments: [.sendRight(mine.makeSendRight())],
+                         timeout: .seconds(10))
+    } catch { fail("send: \(error)") }
+    say("ready \(getpid())")
+    _ = readLine()
+    mine.destroy()
+    say("destroyed")
+    while true { sleep(3600) }
+}
+
+/// The `drop` role: one request, then no right to the service is left in this process.
+func drop(_ namespace: PortNamespace, _ name: String) -> Never {
+    do {
+        let service = try namespace.lookUp(name)
+        _ = try service.request(id: 1, bytes: Array("drop".utf8), timeout: .seconds(10))
+    } catch { fail("request: \(error)") }
+    say("dropped")
+    while true { sleep(3600) }
 }
 
 /// Sleeps for ever while `port` lives (a local's lifetime may end at its last use).
@@ -243,6 +274,12 @@ case "flood":
 
 case "hold":
     hold(namespace, name)
+
+case "lend":
+    lend(namespace, name)
+
+case "drop":
+    drop(namespace, name)
 
 case "cycles":
     guard arguments.count == 4, let count = Int(arguments[3]) else { fail("usage") }
