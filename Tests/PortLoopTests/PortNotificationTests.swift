@@ -232,8 +232,10 @@ struct RunLoopNotificationWatchTests {
     func noSendersWatch() throws {
         let port = try PortReceiveRight()
         let fired = Locked<[String]>([])
+        let go = Latch() // the watch joins the mode before the loop runs it
         let worker = TestLoopThread { loop in
-            [loop.run(mode: .default, timeout: .seconds(20))]
+            go.wait()
+            return [loop.run(mode: .default, timeout: .seconds(20))]
         }
         let right = port.makeSendRight()
         let name = port.name
@@ -243,6 +245,7 @@ struct RunLoopNotificationWatchTests {
             loop.stop()
         }
         #expect(watch.isPending)
+        go.signal()
         _ = consume right
         _ = worker.join()
         #expect(fired.current == ["true true"])
@@ -272,13 +275,18 @@ struct RunLoopNotificationWatchTests {
     func deadNameWatch() throws {
         let port = try PortReceiveRight()
         let calls = Locked<[PortNotification]>([])
-        let worker = TestLoopThread { loop in [loop.run(mode: .default, timeout: .seconds(20))] }
+        let go = Latch() // the watch joins the mode before the loop runs it
+        let worker = TestLoopThread { loop in
+            go.wait()
+            return [loop.run(mode: .default, timeout: .seconds(20))]
+        }
         let loop = worker.loop
         let watch = try RunLoopNotificationWatch(deadNameOf: port.makeSendRight(), on: loop) { notice in
             calls.withLock { $0.append(notice) }
             loop.stop()
         }
         let name = port.name
+        go.signal()
         port.destroy()
         _ = worker.join()
         #expect(calls.current.map(\.port) == [name])
