@@ -108,6 +108,33 @@ struct CrossProcessNotificationTests {
         lender.kill()
     }
 
+    @Test("a successor takes the name over: a client told of the dead name looks it up again and loses nothing")
+    func successorTakesOver() throws {
+        let space = TemporaryNamespace()
+        let old = try Peer(["serve", space.path, "handoff"])
+        #expect(old.ready())
+        let first = try space.namespace.lookUp("handoff")
+        let inbox = try PortReceiveRight()
+        let watch = try first.requestDeadNameNotification(to: inbox.makeSendRight())
+        let pid = getpid()
+        for seq in 0..<50 { try first.send(id: 8, bytes: Array("\(pid) 0 \(seq)".utf8), timeout: .seconds(10)) }
+        let oldReport = try first.request(id: 9, bytes: [], timeout: .seconds(10))
+        #expect(String(decoding: oldReport.payload, as: UTF8.self).hasPrefix("received 50 "))
+        _ = try first.request(id: 10, bytes: [], timeout: .seconds(10)) // the old service stops and exits
+        let notice = try inbox.receive(timeout: .seconds(10))
+        #expect(PortNotification(notice) == .deadName(port: first.name, request: watch.id))
+        #expect(throws: PortError.invalidDestination) { try first.send(id: 8, bytes: [], timeout: .poll) }
+        #expect(old.finish() == 0)
+
+        let successor = try Peer(["serve", space.path, "handoff"])
+        #expect(successor.ready())
+        let second = try space.namespace.lookUp("handoff")
+        for seq in 0..<50 { try second.send(id: 8, bytes: Array("\(pid) 1 \(seq)".utf8), timeout: .seconds(10)) }
+        let newReport = try second.request(id: 9, bytes: [], timeout: .seconds(10))
+        #expect(String(decoding: newReport.payload, as: UTF8.self).hasPrefix("received 50 "))
+        successor.kill()
+    }
+
     @Test("racing a service's death against dead-name requests: one notice per request, never lost or doubled")
     func raceDeathAndRequest() throws {
         let space = TemporaryNamespace()
