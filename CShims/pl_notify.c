@@ -87,21 +87,19 @@ static bool pl_no_senders_due(pl_port_t *port, pl_notification_t *n) {
     return true;
 }
 
-pl_status_t pl_port_request_no_senders(pl_port_t *port, uint64_t sync, pl_port_t *notify, pl_notification_t **out) {
-    if (out == NULL) return PL_ERR_INVALID_ARG;
-    *out = NULL;
-    if (port == NULL || notify == NULL || port->proxy != NULL || notify->proxy != NULL) return PL_ERR_INVALID_ARG;
-    pl_notification_t *n = pl_notification_new(PL_NOTIFY_KIND_NO_SENDERS, port, notify, sync);
-    if (n == NULL) return PL_ERR_NO_MEMORY;
-
+/* Links a new request into its port's list, or, when `fires_now` says it is due already (port lock held), hands
+ * it straight to delivery. A no-senders request on a destroyed port is refused instead. */
+static pl_status_t pl_notification_arm(pl_notification_t *n, bool (*fires_now)(pl_port_t *, pl_notification_t *),
+                                       pl_notification_t **out) {
+    pl_port_t *port = n->port;
     pthread_mutex_lock(&port->lock);
-    if (port->dead) {
+    if (port->dead && n->kind == PL_NOTIFY_KIND_NO_SENDERS) {
         pthread_mutex_unlock(&port->lock);
         atomic_store(&n->refs, 1);
         pl_notification_unref(n);
         return PL_ERR_INVALID_NAME;
     }
-    bool now = pl_no_senders_due(port, n);
+    bool now = fires_now(port, n);
     if (!now) {
         n->linked = true;
         n->next = port->notifications;
@@ -116,27 +114,25 @@ pl_status_t pl_port_request_no_senders(pl_port_t *port, uint64_t sync, pl_port_t
     return PL_OK;
 }
 
+static bool pl_dead_already(pl_port_t *port, pl_notification_t *n) {
+    (void)n;
+    return port->dead;
+}
+
+pl_status_t pl_port_request_no_senders(pl_port_t *port, uint64_t sync, pl_port_t *notify, pl_notification_t **out) {
+    if (out == NULL) return PL_ERR_INVALID_ARG;
+    *out = NULL;
+    if (port == NULL || notify == NULL || port->proxy != NULL || notify->proxy != NULL) return PL_ERR_INVALID_ARG;
+    pl_notification_t *n = pl_notification_new(PL_NOTIFY_KIND_NO_SENDERS, port, notify, sync);
+    return n == NULL ? PL_ERR_NO_MEMORY : pl_notification_arm(n, pl_no_senders_due, out);
+}
+
 pl_status_t pl_port_request_dead_name(pl_port_t *port, pl_port_t *notify, pl_notification_t **out) {
     if (out == NULL) return PL_ERR_INVALID_ARG;
     *out = NULL;
     if (port == NULL || notify == NULL || notify->proxy != NULL) return PL_ERR_INVALID_ARG;
     pl_notification_t *n = pl_notification_new(PL_NOTIFY_KIND_DEAD_NAME, port, notify, 0);
-    if (n == NULL) return PL_ERR_NO_MEMORY;
-
-    pthread_mutex_lock(&port->lock);
-    bool dead = port->dead;
-    if (!dead) {
-        n->linked = true;
-        n->next = port->notifications;
-        port->notifications = n;
-    }
-    pthread_mutex_unlock(&port->lock);
-    if (dead) {
-        n->deliver = true;
-        pl_notify_deliver(n);
-    }
-    *out = n;
-    return PL_OK;
+    return n == NULL ? PL_ERR_NO_MEMORY : pl_notification_arm(n, pl_dead_already, out);
 }
 
 pl_status_t pl_notification_cancel(pl_notification_t *n) {

@@ -105,9 +105,10 @@ func resourceCounts() -> String {
     return "\(fds) \(threads) \(rss)"
 }
 
-/// The `hold` role: looks the service up, sends it a right to a port of its own that it never reads, and waits
-/// holding both rights until it is killed.
-func hold(_ namespace: PortNamespace, _ name: String) -> Never {
+/// The `hold` and `lend` roles: look the service up and send it a right to a port of our own that is never read.
+/// `hold` then waits holding both rights until it is killed; `lend` destroys its port when a line arrives on
+/// stdin (the right it sent becomes a dead name while this process lives).
+func hold(_ namespace: PortNamespace, _ name: String, destroyWhenTold: Bool) -> Never {
     let mine = must("port") { try PortReceiveRight(queueLimit: 1) }
     let service = must("lookUp") { try namespace.lookUp(name) }
     do {
@@ -116,19 +117,7 @@ func hold(_ namespace: PortNamespace, _ name: String) -> Never {
                          timeout: .seconds(10))
     } catch { fail("send: \(error)") }
     say("ready \(getpid())")
-    park(holding: mine, and: service)
-}
-
-/// The `lend` role: as `hold`, then destroys its port when told to.
-func lend(_ namespace: PortNamespace, _ name: String) -> Never {
-    let mine = must("port") { try PortReceiveRight(queueLimit: 1) }
-    let service = must("lookUp") { try namespace.lookUp(name) }
-    do {
-        _ = try service.request(id: 2, bytes: Array("lend".utf8), timeout: .seconds(10))
-        try service.send(id: 2, bytes: Array("lent".utf8), attachments: [.sendRight(mine.makeSendRight())],
-                         timeout: .seconds(10))
-    } catch { fail("send: \(error)") }
-    say("ready \(getpid())")
+    guard destroyWhenTold else { park(holding: mine, and: service) }
     _ = readLine()
     mine.destroy()
     say("destroyed")
@@ -273,10 +262,10 @@ case "flood":
     while true { sleep(3600) }
 
 case "hold":
-    hold(namespace, name)
+    hold(namespace, name, destroyWhenTold: false)
 
 case "lend":
-    lend(namespace, name)
+    hold(namespace, name, destroyWhenTold: true)
 
 case "drop":
     drop(namespace, name)

@@ -67,11 +67,7 @@ struct CrossProcessNotificationTests {
         #expect(service.ready())
         let right = try space.namespace.lookUp("doomed")
         let told = Locked<[PortNotification]>([])
-        let go = Latch() // the watch joins the mode before the loop runs it
-        let worker = TestLoopThread { loop in
-            go.wait()
-            return [loop.run(mode: .default, timeout: .seconds(20))]
-        }
+        let (worker, go) = gatedLoopThread(running: .seconds(20))
         let loop = worker.loop
         let watch = try RunLoopNotificationWatch(deadNameOf: right, on: loop) { notice in
             told.withLock { $0.append(notice) }

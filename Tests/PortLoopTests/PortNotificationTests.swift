@@ -232,11 +232,7 @@ struct RunLoopNotificationWatchTests {
     func noSendersWatch() throws {
         let port = try PortReceiveRight()
         let fired = Locked<[String]>([])
-        let go = Latch() // the watch joins the mode before the loop runs it
-        let worker = TestLoopThread { loop in
-            go.wait()
-            return [loop.run(mode: .default, timeout: .seconds(20))]
-        }
+        let (worker, go) = gatedLoopThread(running: .seconds(20))
         let right = port.makeSendRight()
         let name = port.name
         let loop = worker.loop
@@ -256,11 +252,7 @@ struct RunLoopNotificationWatchTests {
     func cancelledWatch() throws {
         let port = try PortReceiveRight()
         let calls = Locked(0)
-        let go = Latch()
-        let worker = TestLoopThread { loop in
-            go.wait()
-            return [loop.run(mode: .default, timeout: .milliseconds(100))]
-        }
+        let (worker, go) = gatedLoopThread(running: .milliseconds(100))
         let watch = try RunLoopNotificationWatch(deadNameOf: port.makeSendRight(), on: worker.loop) { _ in
             calls.withLock { $0 += 1 }
         }
@@ -275,11 +267,7 @@ struct RunLoopNotificationWatchTests {
     func deadNameWatch() throws {
         let port = try PortReceiveRight()
         let calls = Locked<[PortNotification]>([])
-        let go = Latch() // the watch joins the mode before the loop runs it
-        let worker = TestLoopThread { loop in
-            go.wait()
-            return [loop.run(mode: .default, timeout: .seconds(20))]
-        }
+        let (worker, go) = gatedLoopThread(running: .seconds(20))
         let loop = worker.loop
         let watch = try RunLoopNotificationWatch(deadNameOf: port.makeSendRight(), on: loop) { notice in
             calls.withLock { $0.append(notice) }
