@@ -250,7 +250,9 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why) {
         pl_port_t *proxy = proxies[i];
         pthread_mutex_lock(&proxy->lock);
         proxy->dead = true;
+        struct pl_notification *requests = pl_notify_take_all_locked(proxy);
         pthread_mutex_unlock(&proxy->lock);
+        pl_notify_deliver(requests);
         pl_port_release_internal(proxy);
     }
     /* The peer's rights to our ports go with it; credit lent to it comes back as room. */

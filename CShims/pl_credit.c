@@ -116,7 +116,8 @@ pl_status_t pl_conn_export_locked(pl_conn_t *conn, pl_port_t *port, pl_wire_righ
     }
     *out_right = (pl_wire_right_t){ .kind = PL_RIGHT_SENDERS, .handle = e->handle, .credits = grant,
                                     .max_size = port->max_msg_size,
-                                    .flags = port->no_senders_wakes ? PL_RIGHT_PROMPT : 0 };
+                                    .flags = port->no_senders_wakes || pl_notify_watches_senders_locked(port)
+                                                 ? PL_RIGHT_PROMPT : 0 };
     *out_dead = port->dead;
     pthread_mutex_unlock(&port->lock);
     return PL_OK;

@@ -69,6 +69,9 @@ struct pl_port {
     struct pl_proxy *proxy;   /* set for a proxy: this port lives in another process; fixed at creation */
     struct pl_service *service; /* checked in under a name (the transport thread's) */
     _Atomic(struct pl_conn *) last_feeder; /* the connection last found feeding every set of this port */
+    /* Notifications (pl_notify.c): */
+    atomic_uint_fast64_t make_sends; /* the make-send count: rights ever made (after send_rights goes up) */
+    struct pl_notification *notifications; /* pending requests watching this port (port lock) */
 };
 
 /* Whether a receive on the port can never succeed (lock held): empty, no send right left anywhere, and its
@@ -226,6 +229,29 @@ void pl_slot_dispose(pl_slot_t *slot);
 
 /* The cross-process part of a destroyed port's clean-up (pl_conn.c); no lock held. */
 void pl_remote_port_destroyed(pl_port_t *port);
+
+/* ---- notifications (pl_notify.c) ---- */
+
+/* Posts a notice (at most PL_INLINE_PAYLOAD bytes) to a local port, over its queue limit if need be: notices
+ * are never lost and never wait. `extra` (allocated when the request was made, so that delivery allocates
+ * nothing but, rarely, a larger ring) moves into the message. Dropped if the port is dead. No lock held. */
+struct pl_msg_extra;
+void pl_port_post_notice(pl_port_t *port, int32_t id, const void *payload, size_t size, struct pl_msg_extra *extra);
+
+/* With the port lock held, just after its send rights fell to zero: the no-senders requests due now leave the
+ * port's list; returns them for pl_notify_deliver after unlocking (NULL if none). */
+struct pl_notification *pl_notify_take_no_senders_locked(pl_port_t *port);
+
+/* With the port lock held, as the port becomes a dead name: every request leaves the port's list; dead-name
+ * requests are returned to be delivered, no-senders requests to end without a notice. */
+struct pl_notification *pl_notify_take_all_locked(pl_port_t *port);
+
+/* With the port lock held: whether a no-senders request is pending, so that other processes should release
+ * their rights as soon as they drop them (PL_RIGHT_PROMPT) rather than after a while. */
+bool pl_notify_watches_senders_locked(const pl_port_t *port);
+
+/* No lock held: delivers the notices of requests taken by the functions above (or ends them), releasing them. */
+void pl_notify_deliver(struct pl_notification *taken);
 
 /* ---- errors ---- */
 

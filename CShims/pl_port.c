@@ -28,6 +28,7 @@ static pl_port_t *pl_port_alloc(uint32_t qlimit, uint32_t max_msg_size) {
     pl_cond_init_monotonic(&port->senders);
     atomic_init(&port->refs, 1);
     atomic_init(&port->send_rights, 0);
+    atomic_init(&port->make_sends, 0);
     atomic_init(&port->context, NULL);
     port->name = atomic_fetch_add_explicit(&pl_next_port_name, 1, memory_order_relaxed);
     port->qlimit = qlimit;
@@ -127,6 +128,7 @@ pl_status_t pl_port_destroy(pl_port_t *port) {
     bool wake_receivers = port->waiting_receivers > 0;
     bool wake_senders = port->waiting_senders > 0;
     bool remote = port->exports != NULL || port->service != NULL;
+    struct pl_notification *requests = pl_notify_take_all_locked(port);
     pthread_mutex_unlock(&port->lock);
 
     if (wake_receivers) pthread_cond_broadcast(&port->receivers);
@@ -134,13 +136,16 @@ pl_status_t pl_port_destroy(pl_port_t *port) {
     for (uint32_t i = 0; i < count; i++) pl_slot_dispose(&ring[(head + i) % capacity]);
     free(ring);
     if (remote) pl_remote_port_destroyed(port);
+    pl_notify_deliver(requests);
     pl_port_release_internal(port); /* the receive right's reference */
     return PL_OK;
 }
 
 pl_status_t pl_port_make_send(pl_port_t *port) {
     if (port == NULL) return PL_ERR_INVALID_ARG;
-    atomic_fetch_add_explicit(&port->send_rights, 1, memory_order_relaxed);
+    /* send_rights before make_sends, both sequentially consistent: pl_notify.c relies on the order. */
+    atomic_fetch_add(&port->send_rights, 1);
+    atomic_fetch_add(&port->make_sends, 1);
     pl_port_retain_internal(port);
     return PL_OK;
 }
@@ -161,6 +166,7 @@ pl_status_t pl_port_release_send(pl_port_t *port) {
              * which report the port as PL_ERR_NO_SENDERS. */
             pl_wake_list_t wakes = { .count = 0 };
             pthread_mutex_lock(&port->lock);
+            struct pl_notification *due = port->notifications != NULL ? pl_notify_take_no_senders_locked(port) : NULL;
             bool senderless = pl_port_senderless_locked(port);
             bool wake = senderless && port->waiting_receivers > 0;
             if (senderless) {
@@ -171,6 +177,7 @@ pl_status_t pl_port_release_send(pl_port_t *port) {
             pthread_mutex_unlock(&port->lock);
             if (wake) pthread_cond_broadcast(&port->receivers);
             pl_wake_list_run(&wakes);
+            pl_notify_deliver(due);
         }
     }
     pl_port_release_internal(port);
@@ -433,6 +440,23 @@ pl_status_t pl_port_enqueue_remote(pl_port_t *port, pl_slot_t *slot, pl_export_t
     return PL_OK;
 }
 
+void pl_port_post_notice(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_msg_extra_t *extra) {
+    pl_slot_t slot;
+    pl_slot_fill(&slot, id, payload, size); /* PL_NOTICE_SIZE is inline: nothing to allocate */
+    slot.extra = extra;
+    extra->flags = PL_RECEIVED_NOTIFICATION;
+    pthread_mutex_lock(&port->lock);
+    /* No limit check: a notice is never refused for room (see pl_notify.c). */
+    if (port->dead || pl_ring_reserve_locked(port) != PL_OK) {
+        pthread_mutex_unlock(&port->lock);
+        pl_slot_dispose(&slot);
+        return;
+    }
+    port->ring[(port->head + port->count) % port->ring_capacity] = slot;
+    port->count++;
+    pl_port_wake_after_enqueue_unlock(port, false);
+}
+
 pl_status_t pl_port_requeue(pl_port_t *port, const pl_received_t *received, const void *payload) {
     if (port == NULL || received == NULL || (received->size > 0 && payload == NULL)) return PL_ERR_INVALID_ARG;
     if (port->proxy != NULL) return PL_ERR_INVALID_ARG;
@@ -478,6 +502,7 @@ pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *bu
     out->reply = NULL;
     out->attachments = NULL;
     out->sender = (pl_sender_t){ 0 };
+    out->flags = 0;
     if (slot->size > capacity) return PL_ERR_TOO_LARGE;
 
     if (slot->size > PL_INLINE_PAYLOAD) {
@@ -493,6 +518,7 @@ pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *bu
     if (extra != NULL) {
         out->sender = extra->sender;
         out->attachments = extra->attachments;
+        out->flags = extra->flags;
         if (extra->origin != NULL) {
             pl_remote_room_freed_locked(port, extra->origin);
             pl_export_release(extra->origin); /* frees memory only, never takes a lock */

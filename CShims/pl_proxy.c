@@ -212,13 +212,16 @@ void pl_proxy_reclaim(pl_conn_t *conn, uint32_t handle) {
 void pl_proxy_dead(pl_conn_t *conn, uint32_t handle) {
     pthread_mutex_lock(&conn->lock);
     pl_port_t *port = pl_handle_map_get(&conn->imports, handle);
+    struct pl_notification *requests = NULL;
     if (port != NULL) {
         pthread_mutex_lock(&port->lock);
         port->dead = true;
+        requests = pl_notify_take_all_locked(port);
         pthread_mutex_unlock(&port->lock);
     }
     pthread_mutex_unlock(&conn->lock);
     if (port != NULL) pthread_cond_broadcast(&conn->changed);
+    pl_notify_deliver(requests);
 }
 
 /* ---- sending ---------------------------------------------------------------------------------------- */

@@ -67,6 +67,7 @@ typedef struct pl_msg_extra {
     struct pl_export *origin; /* the export it arrived through (a reference), or NULL */
     pl_sender_t sender;
     pl_attachments_t *attachments;
+    uint32_t flags;           /* PL_RECEIVED_NOTIFICATION for a notice (pl_notify.c) */
 } pl_msg_extra_t;
 
 pl_attachments_t *pl_attachments_new(uint32_t count);

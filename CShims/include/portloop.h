@@ -270,6 +270,60 @@ pl_status_t pl_port_send_with(pl_port_t *port, int32_t id, const void *payload, 
  *  directly. */
 void pl_port_set_no_senders_wakes(pl_port_t *port, int enabled);
 
+/* ------------------------------------------------------------------------------------------------ */
+/* Notifications (mach_port_request_notification)                                                     */
+
+/** A pending notification request. Opaque; the caller's handle is released with pl_notification_release. */
+typedef struct pl_notification pl_notification_t;
+
+/** msgh_id of a no-senders notice (MACH_NOTIFY_NO_SENDERS, 0106). */
+#define PL_NOTIFY_NO_SENDERS 70
+/** msgh_id of a dead-name notice (MACH_NOTIFY_DEAD_NAME, 0110). */
+#define PL_NOTIFY_DEAD_NAME 72
+/** Payload size of a notice: three little-endian uint64_t: the watched port's name, the make-send count when it
+ *  fired (no-senders; 0 for dead-name), and the request's id (pl_notification_id). */
+#define PL_NOTICE_SIZE 24u
+
+/** How many send rights were ever made for the port (the make-send count, mscount), by any route: made from
+ *  the receive right, copied into a message, held by another process. 0 for NULL or a proxy. */
+uint64_t pl_port_make_send_count(const pl_port_t *port);
+
+/**
+ * Asks to be told when no send right to the port is left (mach_port_request_notification with
+ * MACH_NOTIFY_NO_SENDERS). Counted are the rights held by any thread, queued in messages, or held by other
+ * processes. The notice, a message with id PL_NOTIFY_NO_SENDERS and flag PL_RECEIVED_NOTIFICATION, goes to
+ * `notify` once, when the count falls to zero while the make-send count is at least `sync`; at once if it is
+ * zero already. The notice carries the make-send count of that moment: a receiver that made a right since
+ * (pl_port_make_send_count is higher) knows the notice is stale. Notices do not count against `notify`'s queue
+ * limit, so none is lost; the request holds no send right to `notify` (so `notify` may be `port` itself). The
+ * request ends, undelivered, when the port is destroyed.
+ * @param port    a local port, alive (not a proxy)
+ * @param notify  a local port (not a proxy) of the caller's choosing
+ * @param out     the request's handle, released with pl_notification_release (which does not cancel it)
+ * @return PL_ERR_INVALID_ARG (NULL, or a proxy), PL_ERR_INVALID_NAME (port destroyed), PL_ERR_NO_MEMORY.
+ */
+pl_status_t pl_port_request_no_senders(pl_port_t *port, uint64_t sync, pl_port_t *notify, pl_notification_t **out);
+
+/**
+ * Asks to be told when the port becomes a dead name (mach_port_request_notification with
+ * MACH_NOTIFY_DEAD_NAME): its receive right destroyed, or, for a proxy, its process gone or the connection to
+ * it ended. The notice (id PL_NOTIFY_DEAD_NAME) goes to `notify` once; at once if the port is dead already. The
+ * request holds no send right to `port`: the caller keeps one while it watches (a proxy whose last right goes
+ * is forgotten, and its death with it).
+ * @return PL_ERR_INVALID_ARG (NULL, or `notify` a proxy), PL_ERR_NO_MEMORY.
+ */
+pl_status_t pl_port_request_dead_name(pl_port_t *port, pl_port_t *notify, pl_notification_t **out);
+
+/** Cancels a request. PL_OK: it had not fired, and no notice for it will come. PL_ERR_INVALID_NAME: it fired
+ *  (its notice is queued, or being queued) or ended already; cancelling twice is harmless. */
+pl_status_t pl_notification_cancel(pl_notification_t *request);
+
+/** The request's id, unique in the process: the third word of its notice. */
+uint64_t pl_notification_id(const pl_notification_t *request);
+
+/** Releases the caller's handle; a pending request stays pending. */
+void pl_notification_release(pl_notification_t *request);
+
 /** What a receive returned. */
 typedef enum pl_received_kind {
     PL_RECEIVED_MESSAGE = 0,  /**< a message; id, size, reply and arrival fields are set */
@@ -288,7 +342,12 @@ typedef struct pl_received {
     uint32_t offset;          /**< where the payload starts in the buffer: 0, except in a batch */
     pl_sender_t sender;       /**< who sent it; pid 0: this process */
     pl_attachments_t *attachments; /**< rights and descriptors it carried, or NULL; the receiver owns them */
+    uint32_t flags;           /**< PL_RECEIVED_NOTIFICATION, or 0 */
 } pl_received_t;
+
+/** In pl_received_t.flags: the message is a notification the library posted (pl_notify.c), not a message any
+ *  sender could forge (Mach's notifications come from the kernel, with no sender port). */
+#define PL_RECEIVED_NOTIFICATION 0x1u
 
 /**
  * Receives the next message of a port (mach_msg with MACH_RCV_MSG | MACH_RCV_TIMEOUT | MACH_RCV_LARGE).

@@ -19,6 +19,11 @@
 //   hold DIR NAME
 //       looks NAME up and sends it a message id 2 carrying a send right to a port of its own, which it never
 //       reads; then waits for ever (the test kills it).
+//   lend DIR NAME
+//       as hold, but a line on stdin destroys its own port (the right it sent becomes a dead name while this
+//       process lives) and it prints `destroyed`.
+//   drop DIR NAME
+//       looks NAME up, makes one request (id 1), lets its right go and prints `dropped`; then waits for ever.
 //   cycles DIR NAME COUNT
 //       the leak check: COUNT connect/kill cycles of `hold` children against a service of its own (see below).
 //   lookup DIR NAME [--as-nobody]
@@ -100,9 +105,10 @@ func resourceCounts() -> String {
     return "\(fds) \(threads) \(rss)"
 }
 
-/// The `hold` role: looks the service up, sends it a right to a port of its own that it never reads, and waits
-/// holding both rights until it is killed.
-func hold(_ namespace: PortNamespace, _ name: String) -> Never {
+/// The `hold` and `lend` roles: look the service up and send it a right to a port of our own that is never read.
+/// `hold` then waits holding both rights until it is killed; `lend` destroys its port when a line arrives on
+/// stdin (the right it sent becomes a dead name while this process lives).
+func hold(_ namespace: PortNamespace, _ name: String, destroyWhenTold: Bool) -> Never {
     let mine = must("port") { try PortReceiveRight(queueLimit: 1) }
     let service = must("lookUp") { try namespace.lookUp(name) }
     do {
@@ -111,7 +117,21 @@ func hold(_ namespace: PortNamespace, _ name: String) -> Never {
                          timeout: .seconds(10))
     } catch { fail("send: \(error)") }
     say("ready \(getpid())")
-    park(holding: mine, and: service)
+    guard destroyWhenTold else { park(holding: mine, and: service) }
+    _ = readLine()
+    mine.destroy()
+    say("destroyed")
+    while true { sleep(3600) }
+}
+
+/// The `drop` role: one request, then no right to the service is left in this process.
+func drop(_ namespace: PortNamespace, _ name: String) -> Never {
+    do {
+        let service = try namespace.lookUp(name)
+        _ = try service.request(id: 1, bytes: Array("drop".utf8), timeout: .seconds(10))
+    } catch { fail("request: \(error)") }
+    say("dropped")
+    while true { sleep(3600) }
 }
 
 /// Sleeps for ever while `port` lives (a local's lifetime may end at its last use).
@@ -242,7 +262,13 @@ case "flood":
     while true { sleep(3600) }
 
 case "hold":
-    hold(namespace, name)
+    hold(namespace, name, destroyWhenTold: false)
+
+case "lend":
+    hold(namespace, name, destroyWhenTold: true)
+
+case "drop":
+    drop(namespace, name)
 
 case "cycles":
     guard arguments.count == 4, let count = Int(arguments[3]) else { fail("usage") }

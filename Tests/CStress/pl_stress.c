@@ -1276,6 +1276,116 @@ static void scenario_fork_child(void) {
     CHECK(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 1));
 }
 
+/* ---- notifications --------------------------------------------------------------------------------- */
+
+/* Rights released, requests cancelled and the port destroyed, all at once: every dead-name request is delivered
+ * or cancelled, never both and never twice; a no-senders request at most once and never once cancelled; nothing
+ * leaks (the sanitizers and valgrind watch the requests and their notices). */
+#define NT_DEAD_NAMES 3
+
+typedef struct {
+    pl_port_t *port;
+    int rights;
+    uint64_t seed;
+} nt_release_arg_t;
+
+static void *nt_releaser(void *raw) {
+    nt_release_arg_t *arg = raw;
+    for (int i = 0; i < arg->rights; i++) {
+        sleep_us(rnd(&arg->seed) % 50);
+        CHECK_OK(pl_port_release_send(arg->port));
+    }
+    return NULL;
+}
+
+typedef struct {
+    pl_notification_t **requests;
+    int count;
+    bool *cancelled;
+    uint64_t seed;
+} nt_cancel_arg_t;
+
+static void *nt_canceller(void *raw) {
+    nt_cancel_arg_t *arg = raw;
+    for (int i = 0; i < arg->count; i++) {
+        sleep_us(rnd(&arg->seed) % 80);
+        pl_status_t status = pl_notification_cancel(arg->requests[i]);
+        CHECK(status == PL_OK || status == PL_ERR_INVALID_NAME);
+        arg->cancelled[i] = status == PL_OK;
+        CHECK_STATUS(pl_notification_cancel(arg->requests[i]), PL_ERR_INVALID_NAME); /* twice: harmless */
+    }
+    return NULL;
+}
+
+static uint64_t nt_word(const unsigned char *bytes, int index) {
+    uint64_t value = 0;
+    for (int i = 0; i < 8; i++) value |= (uint64_t)bytes[index * 8 + i] << (8 * i);
+    return value;
+}
+
+static void scenario_notifications(void) {
+    uint64_t seed = 4242;
+    for (int round = 0; round < 300; round++) {
+        pl_port_t *port = new_port(8);
+        pl_port_t *inbox = new_port(1);
+        for (int i = 0; i < 4; i++) CHECK_OK(pl_port_make_send(port));
+        pl_notification_t *requests[NT_DEAD_NAMES + 1];
+        for (int i = 0; i < NT_DEAD_NAMES; i++) CHECK_OK(pl_port_request_dead_name(port, inbox, &requests[i]));
+        CHECK_OK(pl_port_request_no_senders(port, 4, inbox, &requests[NT_DEAD_NAMES]));
+        bool cancelled[NT_DEAD_NAMES + 1] = { false };
+
+        pthread_t releasers[2], canceller;
+        nt_release_arg_t release_args[2];
+        for (int t = 0; t < 2; t++) {
+            release_args[t] = (nt_release_arg_t){ .port = port, .rights = 2, .seed = seed + (uint64_t)t };
+            start_thread(&releasers[t], nt_releaser, &release_args[t]);
+        }
+        nt_cancel_arg_t cancel_arg = { .requests = requests, .count = NT_DEAD_NAMES + 1, .cancelled = cancelled,
+                                       .seed = seed ^ 0x5555 };
+        start_thread(&canceller, nt_canceller, &cancel_arg);
+        sleep_us(rnd(&seed) % 150);
+        CHECK_OK(pl_port_destroy(port)); /* the releasers' rights keep its memory */
+        for (int t = 0; t < 2; t++) pthread_join(releasers[t], NULL);
+        pthread_join(canceller, NULL);
+
+        int delivered[NT_DEAD_NAMES + 1] = { 0 };
+        unsigned char buffer[64];
+        pl_received_t header;
+        while (pl_port_receive(inbox, &header, buffer, sizeof buffer, 0) == PL_OK) {
+            CHECK(header.flags == PL_RECEIVED_NOTIFICATION && header.size == PL_NOTICE_SIZE);
+            uint64_t id = nt_word(buffer, 2);
+            for (int i = 0; i <= NT_DEAD_NAMES; i++) {
+                if (pl_notification_id(requests[i]) != id) continue;
+                delivered[i]++;
+                CHECK(header.id == (i < NT_DEAD_NAMES ? PL_NOTIFY_DEAD_NAME : PL_NOTIFY_NO_SENDERS));
+            }
+        }
+        for (int i = 0; i < NT_DEAD_NAMES; i++) CHECK(delivered[i] + (cancelled[i] ? 1 : 0) == 1);
+        CHECK(delivered[NT_DEAD_NAMES] <= 1 && !(delivered[NT_DEAD_NAMES] && cancelled[NT_DEAD_NAMES]));
+        for (int i = 0; i <= NT_DEAD_NAMES; i++) pl_notification_release(requests[i]);
+        CHECK_OK(pl_port_destroy(inbox));
+        seed = seed * 6364136223846793005ULL + 1;
+    }
+
+    /* Misuse: refused, typed, nothing made. */
+    pl_notification_t *request = NULL;
+    pl_port_t *port = new_port(1);
+    CHECK_STATUS(pl_port_request_no_senders(NULL, 0, port, &request), PL_ERR_INVALID_ARG);
+    CHECK_STATUS(pl_port_request_dead_name(port, NULL, &request), PL_ERR_INVALID_ARG);
+    CHECK_STATUS(pl_port_request_no_senders(port, 0, port, NULL), PL_ERR_INVALID_ARG);
+    CHECK_STATUS(pl_notification_cancel(NULL), PL_ERR_INVALID_ARG);
+    CHECK(request == NULL);
+    pl_port_t *dead = new_port(1);
+    CHECK_OK(pl_port_make_send(dead));
+    CHECK_OK(pl_port_destroy(dead));
+    CHECK_STATUS(pl_port_request_no_senders(dead, 0, port, &request), PL_ERR_INVALID_NAME);
+    CHECK_OK(pl_port_request_dead_name(dead, port, &request)); /* fires at once */
+    CHECK(pl_port_message_count(port) == 1);
+    pl_notification_release(request);
+    CHECK_OK(pl_port_release_send(dead));
+    CHECK_OK(pl_port_destroy(port)); /* the notice still queued goes with it */
+}
+
 int main(int argc, char **argv) {
     bool verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     setvbuf(stdout, NULL, _IOLBF, 0); /* the summary must survive LeakSanitizer's exit */
@@ -1296,6 +1406,7 @@ int main(int argc, char **argv) {
         { "requeue_race", scenario_requeue_race },
         { "descriptors", scenario_descriptors },
         { "handle_wrap", scenario_handle_wrap },
+        { "notifications", scenario_notifications },
         { "fork_child", scenario_fork_child },
     };
     int passed = 0, failed = 0;

@@ -65,3 +65,14 @@ func withIdleLoop(_ body: (PortRunLoop) throws -> Void) rethrows {
     defer { release.signal(); _ = worker.join() }
     try body(worker.loop)
 }
+
+/// A loop thread whose loop runs in the default mode for `timeout` once `go` is signalled: what a test adds to
+/// the mode from outside must be there before the run starts, as a run of an empty mode returns at once.
+func gatedLoopThread(running timeout: Duration) -> (worker: TestLoopThread, go: Latch) {
+    let go = Latch()
+    let worker = TestLoopThread { loop in
+        go.wait()
+        return [loop.run(mode: .default, timeout: timeout)]
+    }
+    return (worker, go)
+}

@@ -18,7 +18,8 @@ let portLoopPublicTypes: [Any.Type] = [
     RunLoopStallMonitor.self, RunLoopStallMonitor.Report.self, RunLoopThread.self, RunLoopThreadError<Never>.self,
     RunLoopTimer.self, StallMonitorError.self, RunLoopSignalSource.self, MainRunLoopExecutor.self,
     PortLoopExecutorFactory.self, PeerPolicy.self, PortNamespace.self, MessageAttachment.self,
-    MessageDescriptor.self, CrossProcessStatistics.self, SenderIdentity.self,
+    MessageDescriptor.self, CrossProcessStatistics.self, SenderIdentity.self, PortNotification.self,
+    PortNotificationRequest.self, RunLoopNotificationWatch.self,
 ]
 /// Noncopyable types cannot be `Any.Type`.
 let portLoopReceiveRightType = PortReceiveRight.self

@@ -17,6 +17,9 @@ public struct ReceivedMessage: Sendable {
     /// the order the sender gave them. They belong to the receiver: a descriptor left in a dropped message is
     /// closed, a right released.
     public var attachments: [MessageAttachment]
+    /// Whether PortLoop itself posted this message as a notification (see ``PortNotification``), as Mach's
+    /// kernel does. No sender can set it, so a notification cannot be forged by sending its message id.
+    public internal(set) var isNotification = false
 
     /// Creates a message value, as a test or a custom sink might; receives make these.
     public init(id: Int32, payload: [UInt8], replyPort: PortSendRight?, arrivalPort: PortName,
@@ -34,6 +37,7 @@ public struct ReceivedMessage: Sendable {
         self.init(id: header.id, payload: payload, replyPort: header.adoptReplyPort(),
                   arrivalPort: PortName(rawValue: header.arrival_name), sender: SenderIdentity(header.sender),
                   attachments: header.adoptAttachments())
+        isNotification = header.flags & PL_RECEIVED_NOTIFICATION != 0
     }
 }
 
