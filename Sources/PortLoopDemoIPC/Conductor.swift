@@ -166,11 +166,14 @@ func conduct(_ options: Options) -> Int32 {
     var text = "ended: " + (endings.isEmpty ? "no child started" : endings.joined(separator: ", "))
     text += "; namespace " + (removed ? "removed" : "NOT removed")
     text += left.isEmpty ? " (it was empty)" : " (it held \(left.sorted().joined(separator: ", ")))"
-    text += "; no child process left"
+    let running = children.filter { $0.status == nil }.count   // 0 unless waitpid itself failed
+    text += running == 0 ? "; no child process left" : "; \(running) child process(es) could not be reaped"
     tracer.always(text)
-    let statuses = children.map { "\($0.role)_status=\($0.exitCode.map { "\($0)" } ?? "signal")" }
+    let statuses = children.map {
+        "\($0.role)_pid=\($0.pid) \($0.role)_status=\($0.exitCode.map { "\($0)" } ?? "signal")"
+    }
     say("cleanup: " + statuses.joined(separator: " ") + " namespace=\(namespace) removed=\(removed ? 1 : 0) "
-        + "socket_left=\(socketLeft ? 1 : 0) children_left=0")
+        + "socket_left=\(socketLeft ? 1 : 0) children_left=\(running)")
 
     if interrupted {
         printError("portloop-demo-ipc: interrupted; both processes stopped, namespace removed")
@@ -180,8 +183,9 @@ func conduct(_ options: Options) -> Int32 {
         printError("portloop-demo-ipc: \(failure)")
         return ExitStatus.failure
     }
-    if !removed {
-        printError("portloop-demo-ipc: could not remove \(namespace)")
+    if !removed || running > 0 {
+        printError("portloop-demo-ipc: " + (removed ? "\(running) child process(es) could not be reaped"
+                                            : "could not remove \(namespace)"))
         return ExitStatus.failure
     }
     let codes = children.map(\.exitCode)
