@@ -78,15 +78,14 @@ struct InputEvent: Equatable {
         return out
     }
 
-    init(timestamp: Int64, sequence: UInt32, gesture: UInt32, kind: EventKind, x: Int16, y: Int16) {
-        self.timestamp = timestamp
-        self.sequence = sequence
-        self.gesture = gesture
-        self.kind = kind
-        self.x = x
-        self.y = y
+    /// "touch 3 moved (120, 480)" or "key 2 down (code 36)".
+    var description: String {
+        kind.isTouch ? "touch \(gesture) \(kind.label) (\(x), \(y))" : "key \(gesture) \(kind.label) (code \(x))"
     }
+}
 
+// In an extension, so that the struct keeps its memberwise initializer.
+extension InputEvent {
     /// Decodes a payload; nil when it is not an event of this demo.
     init?(_ bytes: [UInt8]) {
         guard bytes.count == Self.size, let kind = EventKind(rawValue: bytes[16]) else { return nil }
@@ -96,11 +95,6 @@ struct InputEvent: Equatable {
         self.init(timestamp: load(0, as: Int64.self), sequence: load(8, as: UInt32.self),
                   gesture: load(12, as: UInt32.self), kind: kind, x: load(17, as: Int16.self),
                   y: load(19, as: Int16.self))
-    }
-
-    /// "touch 3 moved (120, 480)" or "key 2 down (code 36)".
-    var description: String {
-        kind.isTouch ? "touch \(gesture) \(kind.label) (\(x), \(y))" : "key \(gesture) \(kind.label) (code \(x))"
     }
 }
 

@@ -150,11 +150,7 @@ struct DemoIPCTests {
           arguments: [["--bogus"], ["--duration", "0.1"], ["--kill-server-after", "-1"],
                       ["--kill-server-after", "1", "--kill-app-after", "1"], ["--role", "app"]])
     func badArguments(_ arguments: [String]) throws {
-        let outcome = try run(arguments)
-        #expect(outcome.status == 64)
-        #expect(outcome.output.isEmpty, "\(outcome.output)")
-        #expect(outcome.errors.hasPrefix("Error: "), "\(outcome.errors)")
-        #expect(outcome.errors.contains("Usage: portloop-demo-ipc"), "\(outcome.errors)")
+        expectUsageError(try run(arguments), command: "portloop-demo-ipc")
     }
 
     @Test("--help lists the flags, not the hidden ones the demo gives its children")

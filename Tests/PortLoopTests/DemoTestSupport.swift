@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import Testing
 
 /// How a demo executable run as a child process ended.
 struct DemoOutcome {
@@ -50,4 +51,12 @@ func keyValueFields(_ output: String, line prefix: String) -> [String: String] {
         if parts.count == 2 { fields[String(parts[0])] = String(parts[1]) }
     }
     return fields
+}
+
+/// A bad command line: nothing on stdout, the error and the usage on stderr, exit 64 (EX_USAGE).
+func expectUsageError(_ outcome: DemoOutcome, command: String, sourceLocation: SourceLocation = #_sourceLocation) {
+    #expect(outcome.status == 64, sourceLocation: sourceLocation)
+    #expect(outcome.output.isEmpty, "\(outcome.output)", sourceLocation: sourceLocation)
+    #expect(outcome.errors.hasPrefix("Error: "), "\(outcome.errors)", sourceLocation: sourceLocation)
+    #expect(outcome.errors.contains("Usage: \(command)"), "\(outcome.errors)", sourceLocation: sourceLocation)
 }

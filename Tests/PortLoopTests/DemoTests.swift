@@ -76,11 +76,7 @@ struct DemoTests {
           arguments: [["--bogus"], ["--burst", "0"], ["--producers", "x"], ["--duration"], ["--duration=60"],
                       ["--quiet=yes"]])
     func badArguments(_ arguments: [String]) throws {
-        let outcome = try runDemo(arguments)
-        #expect(outcome.status == 64)
-        #expect(outcome.output.isEmpty, "\(outcome.output)")
-        #expect(outcome.errors.hasPrefix("Error: "), "\(outcome.errors)")
-        #expect(outcome.errors.contains("Usage: portloop-demo"), "\(outcome.errors)")
+        expectUsageError(try runDemo(arguments), command: "portloop-demo")
     }
 
     @Test("--help and -h list every flag on stdout and exit 0", arguments: ["--help", "-h"])
