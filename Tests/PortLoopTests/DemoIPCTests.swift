@@ -102,7 +102,7 @@ struct DemoIPCTests {
 
     @Test("the event server killed with SIGKILL: the app sees a dead name, says so, exits 3; nothing left")
     func serverKilled() throws {
-        let outcome = try run(["--duration", "8", "--quiet", "--kill-server-after", "0.8"])
+        let outcome = try run(["--duration", "8", "--quiet", "--kill-server-after", "1.5"])
         #expect(outcome.status == 3, "stderr: \(outcome.errors)\n\(outcome.output)")
         // Noticed within moments, not at the end of the 8 s of input.
         #expect(outcome.elapsed < .seconds(6), "took \(outcome.elapsed)")
@@ -125,7 +125,7 @@ struct DemoIPCTests {
 
     @Test("the app killed with SIGKILL: the server's next send finds a dead name, it exits 3; its socket is removed")
     func appKilled() throws {
-        let outcome = try run(["--duration", "8", "--quiet", "--kill-app-after", "0.8"])
+        let outcome = try run(["--duration", "8", "--quiet", "--kill-app-after", "1.5"])
         #expect(outcome.status == 3, "stderr: \(outcome.errors)\n\(outcome.output)")
         #expect(outcome.elapsed < .seconds(6), "took \(outcome.elapsed)")
         #expect(outcome.output.contains("the app is gone"), "\(outcome.output)")
