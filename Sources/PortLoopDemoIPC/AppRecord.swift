@@ -217,9 +217,6 @@ final class AppRecord: @unchecked Sendable {
         }
     }
 
-    /// A line of the main thread's own, outside the loop's callouts.
-    func note(_ text: String) { tracer.line(now(), text) }
-
     // MARK: - Records
 
     private func checkThread() {

@@ -21,7 +21,6 @@ private enum ServerStop: Error {
 /// The server's state while it sends.
 private struct EventSender {
     let app: PortSendRight
-    let tracer: Tracer
     var sent = 0
 
     /// Sends one event now; waits up to 2 s for room in the app's port (its queue holds far more than a burst).
@@ -87,7 +86,7 @@ func runEventServer(_ options: Options, _ context: ChildContext) -> Int32 {
     tracer.line(now(), "looked up", "\"\(serviceName)\": \(app) in pid \(getpid()); hello sent, carrying a send right "
                 + "to its own \(lifeline.name), which nobody reads: the app watches it for this process's death")
 
-    var sender = EventSender(app: app, tracer: tracer)
+    var sender = EventSender(app: app)
     var dice = Dice()
     var gestures = 0
     var touches = 0
