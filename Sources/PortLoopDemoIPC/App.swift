@@ -68,12 +68,17 @@ func runApp(_ options: Options, _ context: ChildContext) -> Int32 {
     record.portName = hid.portName
 
     // A "frame" timer, as a display link would tick. Each tick also looks at the server's port: a dead name
-    // before the end message means the server died (a dead-name notification would say the same).
+    // before the end message means the server died (a dead-name notification would say the same). A server
+    // that dies before its hello leaves nothing to watch: the app waits for the hello only so long.
+    let helloBy = ContinuousClock.now + .seconds(5)
     let frame = RunLoopTimer(after: .milliseconds(50), interval: .milliseconds(100)) { _ in
         record.frameFired()
         guard outcome.ending == nil else { return }
         if getppid() != context.conductor {
             outcome.ending = .failed("the demo's conductor is gone")
+            loop.stop()
+        } else if record.serverRight == nil && ContinuousClock.now > helloBy {
+            outcome.ending = .failed("no event server said hello within 5 s")
             loop.stop()
         } else if let server = record.serverRight, server.isDeadName, record.endCount == nil,
                   hid.queuedMessageCount == 0, record.nothingQueued {
@@ -121,8 +126,7 @@ func runApp(_ options: Options, _ context: ChildContext) -> Int32 {
         _ = loop.run(mode: .default, until: giveUp)
     }
     if outcome.ending == nil {
-        outcome.ending = .failed(record.serverRight == nil ? "the event server never said hello"
-                                 : "no end message from the event server within \(seconds(options.duration + 10))")
+        outcome.ending = .failed("no end message from the event server within \(seconds(options.duration + 10))")
     }
 
     observer.invalidate()

@@ -62,8 +62,11 @@ struct AppSummary {
     }
 
     func printForPeople() {
-        let sentText = sent.map { "\($0) sent by the event server (pid \(serverPID))" }
-            ?? "the event server (pid \(serverPID)) sent no end message"
+        let sentText = serverPID == 0 ? "no event server said hello"
+            : sent.map { "\($0) sent by the event server (pid \(serverPID))" }
+                ?? "the event server (pid \(serverPID)) sent no end message"
+        let latency = handled == 0 ? "no events"
+            : "p50 \(micros(p50)), p99 \(micros(p99)), max \(micros(maxLatency))"
         var lines = [
             "summary (app, pid \(getpid()))",
             "  events      \(sentText); \(received) received by the Source1, \(handled) handled by the Source0, "
@@ -73,8 +76,7 @@ struct AppSummary {
                 + "with nothing to do",
             "  coalescing  \(fixed(eventsPerWakeUp, 2)) events per cross-process wake-up (at most "
                 + "\(maxEventsPerWakeUp)); \(burstsInOneWakeUp) of \(bursts) touch bursts arrived within one wake-up",
-            "  latency     server's timestamp → Source0 handler: p50 \(micros(p50)), p99 \(micros(p99)), "
-                + "max \(micros(maxLatency))",
+            "  latency     server's timestamp → Source0 handler: " + latency,
             "  meanwhile   \(mainQueueRan) of \(mainQueuePosted) DispatchQueue.main blocks ran (posted → run: p50 "
                 + "\(micros(mainQueueP50)), max \(micros(mainQueueMax))); timer \"frame\" fired \(frameFires) times; "
                 + (offMainThread == 0 ? "all of it on the main thread" : "\(offMainThread) callouts OFF the main thread"),

@@ -123,6 +123,20 @@ struct DemoIPCTests {
         expectNothingLeft(cleanup)
     }
 
+    @Test("the event server killed before its hello: the app gives up waiting for it after 5 s and says why; nothing left")
+    func serverKilledAtOnce() throws {
+        let outcome = try run(["--duration", "8", "--quiet", "--kill-server-after", "0"])
+        #expect(outcome.status == 1, "stderr: \(outcome.errors)\n\(outcome.output)")
+        #expect(outcome.elapsed >= .seconds(5) && outcome.elapsed < .seconds(12), "took \(outcome.elapsed)")
+        #expect(outcome.output.contains("failed: no event server said hello within 5 s"), "\(outcome.output)")
+        #expect(outcome.errors.contains("the app exited 1 after the other side was killed"), "\(outcome.errors)")
+        let summary = keyValueFields(outcome.output, line: "summary: ")
+        #expect(summary["ending"] == "failed" && summary["events_received"] == "0", "\(outcome.output)")
+        let cleanup = keyValueFields(outcome.output, line: "cleanup: ")
+        #expect(cleanup["app_status"] == "1" && cleanup["server_status"] == "signal", "\(cleanup)")
+        expectNothingLeft(cleanup)
+    }
+
     @Test("the app killed with SIGKILL: the server's next send finds a dead name, it exits 3; its socket is removed")
     func appKilled() throws {
         let outcome = try run(["--duration", "8", "--quiet", "--kill-app-after", "1.5"])
