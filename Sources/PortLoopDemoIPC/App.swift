@@ -130,7 +130,7 @@ func runApp(_ options: Options, _ context: ChildContext) -> Int32 {
     }
 
     observer.invalidate()
-    hid.invalidate()        // the name is withdrawn when the source goes, below
+    hid.invalidate()        // its port, and with it the name, goes when the source is released at the return
     dispatcher.invalidate()
     frame.invalidate()
     stopPosting.store(true, ordering: .releasing)
