@@ -14,6 +14,9 @@
 #                fails on any DocC warning
 #   demo         port-driven wake-ups of a run loop, traced live, ~3 s (release build); flags through
 #                DEMO_ARGS, e.g. make demo DEMO_ARGS="--burst 200 --producers 4"
+#   demo-ipc     input events from an event server process to an app's main run loop (Source1 → Source0, with
+#                main-queue blocks and a timer meanwhile), both processes traced live, ~3 s (release build);
+#                flags through DEMO_IPC_ARGS, e.g. make demo-ipc DEMO_IPC_ARGS="--kill-server-after 1"
 #   bench        the benchmarks, full runs (release build); bench-quick: fewer iterations
 #   fuzz         the C layer's fuzz harnesses (ports against a model; the wire) for FUZZ_SECONDS (600) each;
 #                fuzz-quick: 30 s and 60 s, in test
@@ -36,6 +39,7 @@ TSAN_SCRATCH ?= .build-tsan
 BENCH_SCRATCH ?= Benchmarks/.build-bench
 STRESS_DIR   ?= .build-stress
 DEMO_ARGS    ?=
+DEMO_IPC_ARGS ?=
 
 # CShims/pl_main_queue.c calls libdispatch's main-queue hooks: link the toolchain's libdispatch.
 SWIFT_RUNTIME_DIR = $(shell d=$$(dirname "$$(readlink -f "$$(command -v $(SWIFT))")")/../lib/swift/linux; \
@@ -47,7 +51,7 @@ STRESS_CFLAGS   = -std=gnu11 -O1 -g -Wall -Wextra -pthread -ICShims/include -ICS
 STRESS_LIBS     = $(DISPATCH_LIBS)
 SANITIZE        = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-.PHONY: all deps build test leakcheck stress-valgrind fuzz fuzz-quick bench-build bench bench-quick demo clean
+.PHONY: all deps build test leakcheck stress-valgrind fuzz fuzz-quick bench-build bench bench-quick demo demo-ipc clean
 
 all: build
 
@@ -168,6 +172,10 @@ bench-quick: bench-build
 
 demo: deps
 	$(SWIFT) run --scratch-path $(SCRATCH) -c release portloop-demo $(DEMO_ARGS)
+
+# The demo starts itself twice (the app, then the event server) in a namespace it makes under /tmp and removes.
+demo-ipc: deps
+	$(SWIFT) run --scratch-path $(SCRATCH) -c release portloop-demo-ipc $(DEMO_IPC_ARGS)
 
 clean:
 	rm -rf .build .build-* $(TSAN_SCRATCH) $(STRESS_DIR) Benchmarks/.build Benchmarks/.build-*

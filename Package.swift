@@ -8,6 +8,7 @@ let package = Package(
         // Loop threads as swift-service-lifecycle services; a module of its own so that PortLoop needs neither.
         .library(name: "PortLoopServiceLifecycle", targets: ["PortLoopServiceLifecycle"]),
         .executable(name: "portloop-demo", targets: ["PortLoopDemo"]),
+        .executable(name: "portloop-demo-ipc", targets: ["PortLoopDemoIPC"]),
         .executable(name: "portloop-echod", targets: ["PortLoopEchoDaemon"]),
     ],
     dependencies: [
@@ -43,8 +44,18 @@ let package = Package(
         // portloop-demo (`make demo`); Tests/PortLoopTests/DemoTests.swift runs it as a child process.
         .executableTarget(
             name: "PortLoopDemo",
-            dependencies: ["PortLoop", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: ["PortLoop", "PortLoopDemoSupport",
+                           .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
+        // portloop-demo-ipc (`make demo-ipc`): an event server process and an app process whose main run loop
+        // handles its events; Tests/PortLoopTests/DemoIPCTests.swift runs it as a child process.
+        .executableTarget(
+            name: "PortLoopDemoIPC",
+            dependencies: ["PortLoop", "PortLoopDemoSupport",
+                           .product(name: "ArgumentParser", package: "swift-argument-parser")]
+        ),
+        // What the two demos share: the clock, formatting, threads (package access only).
+        .target(name: "PortLoopDemoSupport"),
         // The example daemon: a dispatcher loop, worker loop threads, signals as a run loop source.
         // It imports CPortLoop only to name its client threads.
         .executableTarget(
@@ -76,7 +87,7 @@ let package = Package(
         .testTarget(
             name: "PortLoopTests",
             dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopIPCPeer", "PortLoopAsyncMainCheck", "PortLoopResourceCheck", "PortLoopEchoDaemon",
-                           "PortLoopDemo", "PortLoopServiceLifecycle",
+                           "PortLoopDemo", "PortLoopDemoIPC", "PortLoopServiceLifecycle",
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                            .product(name: "Logging", package: "swift-log")]
         ),

@@ -1,5 +1,6 @@
 // The demo's threads: the loop thread and its script of mode switches, and the producers.
 import PortLoop
+import PortLoopDemoSupport
 
 /// What the loop thread reports back before the producers start.
 private final class Setup: @unchecked Sendable {

@@ -1,5 +1,6 @@
 // Producer threads: each sends bursts of messages to its own Source1 port on the loop.
 import PortLoop
+import PortLoopDemoSupport
 
 /// About how often each producer sends a burst.
 let burstPeriod: Int64 = 150_000_000

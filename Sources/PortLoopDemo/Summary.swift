@@ -1,4 +1,5 @@
 // The closing summary: a block for people and one `summary:` line of key=value fields for scripts.
+import PortLoopDemoSupport
 
 struct Summary {
     let producers: Int

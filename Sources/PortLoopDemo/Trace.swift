@@ -1,6 +1,7 @@
 // The loop thread's record of the run: observer activities, what each wake-up handled, the statistics,
 // and the trace printed from them.
 import PortLoop
+import PortLoopDemoSupport
 
 /// The mode the loop switches into while "a scroll view is dragged" (UIKit's UITrackingRunLoopMode);
 /// it is made a common mode, so common-mode items run in it and default-mode ones do not.

@@ -1,50 +1,16 @@
-import Dispatch
-import Foundation
 import Testing
 
 /// `portloop-demo` (Sources/PortLoopDemo), run as a child process: the executable is built beside this test
 /// bundle because the test target depends on it.
 @Suite("portloop-demo")
 struct DemoTests {
-    struct Outcome {
-        let status: Int32
-        let output: String
-        let errors: String
-        let elapsed: Duration
-    }
-
     /// Runs the demo with `arguments`; kills it if it has not ended after `limit`.
-    func runDemo(_ arguments: [String], limit: Duration = .seconds(25)) throws -> Outcome {
-        let directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        let process = Process()
-        process.executableURL = directory.appendingPathComponent("portloop-demo")
-        process.arguments = arguments
-        let output = Pipe(), errors = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        let started = ContinuousClock.now
-        try process.run()
-        let watchdog = DispatchWorkItem { if process.isRunning { process.terminate() } }
-        DispatchQueue.global().asyncAfter(deadline: .now() + .seconds(Int(limit.components.seconds)),
-                                          execute: watchdog)
-        let outputData = output.fileHandleForReading.readDataToEndOfFile()
-        let errorData = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        watchdog.cancel()
-        return Outcome(status: process.terminationStatus, output: String(decoding: outputData, as: UTF8.self),
-                       errors: String(decoding: errorData, as: UTF8.self), elapsed: ContinuousClock.now - started)
+    func runDemo(_ arguments: [String], limit: Duration = .seconds(25)) throws -> DemoOutcome {
+        try runDemoExecutable("portloop-demo", arguments, limit: limit)
     }
 
     /// The `summary:` line's key=value fields.
-    func summaryFields(_ output: String) -> [String: String] {
-        guard let line = output.split(separator: "\n").last(where: { $0.hasPrefix("summary: ") }) else { return [:] }
-        var fields: [String: String] = [:]
-        for field in line.dropFirst("summary: ".count).split(separator: " ") {
-            let parts = field.split(separator: "=", maxSplits: 1)
-            if parts.count == 2 { fields[String(parts[0])] = String(parts[1]) }
-        }
-        return fields
-    }
+    func summaryFields(_ output: String) -> [String: String] { keyValueFields(output, line: "summary: ") }
 
     @Test("--duration 1 --quiet ends by itself, exits 0 and prints a consistent summary line")
     func quietRun() throws {
@@ -110,11 +76,7 @@ struct DemoTests {
           arguments: [["--bogus"], ["--burst", "0"], ["--producers", "x"], ["--duration"], ["--duration=60"],
                       ["--quiet=yes"]])
     func badArguments(_ arguments: [String]) throws {
-        let outcome = try runDemo(arguments)
-        #expect(outcome.status == 64)
-        #expect(outcome.output.isEmpty, "\(outcome.output)")
-        #expect(outcome.errors.hasPrefix("Error: "), "\(outcome.errors)")
-        #expect(outcome.errors.contains("Usage: portloop-demo"), "\(outcome.errors)")
+        expectUsageError(try runDemo(arguments), command: "portloop-demo")
     }
 
     @Test("--help and -h list every flag on stdout and exit 0", arguments: ["--help", "-h"])
