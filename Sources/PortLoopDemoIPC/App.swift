@@ -14,7 +14,7 @@ import Musl
 private enum Ending {
     /// The server's end message came and every event it counted was handled.
     case complete
-    /// The server's port became a dead name before its end message: the server is gone.
+    /// The server's port died before its end message (a dead-name notification said so): the server is gone.
     case serverGone
     case failed(String)
 }
@@ -22,8 +22,10 @@ private enum Ending {
 /// The app's end, decided on the main thread by a callout; read after the run.
 private final class Outcome: @unchecked Sendable {
     var ending: Ending?
-    /// Frame ticks since the server's port was first seen dead with nothing left to handle.
-    var deadTicks = 0
+    /// A send right to the app's own port, where the dead-name notification for the server's port goes, so that
+    /// it comes in order after every message the server sent.
+    var ownPort: PortSendRight?
+    var deadNameRequest: PortNotificationRequest?
 }
 
 /// Runs the app; returns the process's exit status. Must be called on the main thread.
@@ -44,8 +46,13 @@ func runApp(_ options: Options, _ context: ChildContext) -> Int32 {
 
     /// Ends the run once the server's end message came and every event it counted was handled.
     @Sendable func finishIfComplete() {
-        guard outcome.ending == nil, let expected = record.endCount, record.handled >= expected,
-              record.nothingQueued else { return }
+        guard outcome.ending == nil, record.nothingQueued else { return }
+        if record.serverGone && record.endCount == nil {
+            outcome.ending = .serverGone
+            loop.stop()
+            return
+        }
+        guard let expected = record.endCount, record.handled >= expected else { return }
         outcome.ending = record.handled == expected && record.orderBroken == nil
             ? .complete
             : .failed("\(record.handled) events handled of \(expected) sent"
@@ -62,14 +69,22 @@ func runApp(_ options: Options, _ context: ChildContext) -> Int32 {
     // Source0. No wake-up call is needed: the loop performs signalled sources before it sleeps again.
     let hid = RunLoopPortSource(port: port) { message in
         record.received(message)
+        // Once the hello brought the server's right: be told when it dies, on this same port, after whatever
+        // the server sent before dying (Mach's MACH_NOTIFY_DEAD_NAME).
+        if outcome.deadNameRequest == nil, let server = record.serverRight, let ownPort = outcome.ownPort {
+            do { outcome.deadNameRequest = try server.requestDeadNameNotification(to: ownPort) } catch {
+                outcome.ending = .failed("cannot watch the event server's port: \(error)")
+                loop.stop()
+            }
+        }
         dispatcher.signal()
         return nil
     }
     record.portName = hid.portName
+    outcome.ownPort = hid.makeSendRight()
 
-    // A "frame" timer, as a display link would tick. Each tick also looks at the server's port: a dead name
-    // before the end message means the server died (a dead-name notification would say the same). A server
-    // that dies before its hello leaves nothing to watch: the app waits for the hello only so long.
+    // A "frame" timer, as a display link would tick. A server that dies before its hello leaves nothing to
+    // watch: the app waits for the hello only so long.
     let helloBy = ContinuousClock.now + .seconds(5)
     let frame = RunLoopTimer(after: .milliseconds(50), interval: .milliseconds(100)) { _ in
         record.frameFired()
@@ -80,14 +95,6 @@ func runApp(_ options: Options, _ context: ChildContext) -> Int32 {
         } else if record.serverRight == nil && ContinuousClock.now > helloBy {
             outcome.ending = .failed("no event server said hello within 5 s")
             loop.stop()
-        } else if let server = record.serverRight, server.isDeadName, record.endCount == nil,
-                  hid.queuedMessageCount == 0, record.nothingQueued {
-            // Messages a process sent before it died are delivered; one more tick lets the last ones in.
-            outcome.deadTicks += 1
-            if outcome.deadTicks >= 2 {
-                outcome.ending = .serverGone
-                loop.stop()
-            }
         }
     }
     let observer = RunLoopObserver(activities: .allActivities) { _, activity in record.observe(activity, loop: loop) }
@@ -129,6 +136,8 @@ func runApp(_ options: Options, _ context: ChildContext) -> Int32 {
         outcome.ending = .failed("no end message from the event server within \(seconds(options.duration + 10))")
     }
 
+    outcome.deadNameRequest?.cancel()
+    outcome.ownPort = nil
     observer.invalidate()
     hid.invalidate()        // its port, and with it the name, goes when the source is released at the return
     dispatcher.invalidate()

@@ -50,6 +50,8 @@ final class AppRecord: @unchecked Sendable {
     private(set) var serverPID: Int32 = 0
     /// How many events the server says it sent; set by its end message.
     private(set) var endCount: Int?
+    /// The dead-name notification for the server's right came: after every message the server sent.
+    private(set) var serverGone = false
     private(set) var received = 0
     private(set) var handled = 0
     private var lastSequence: UInt32 = 0
@@ -100,6 +102,14 @@ final class AppRecord: @unchecked Sendable {
         let at = now()
         checkThread()
         var current = currentRecord(at, cause: .source1)
+        if case let .deadName(port, _)? = PortNotification(message) {
+            serverGone = true
+            current.others.append("dead-name notification: the event server is gone")
+            current.lines.append((at, "", "  ↳ Source1 \(portName): dead-name notification for \(port): the event server "
+                                  + "is gone, and every message it sent was taken before this one"))
+            record = current
+            return
+        }
         switch message.id {
         case MessageID.event:
             guard let event = InputEvent(message.payload) else {
@@ -118,7 +128,7 @@ final class AppRecord: @unchecked Sendable {
         case MessageID.hello:
             serverPID = message.sender.processID
             if case let .sendRight(right)? = message.attachments.first { serverRight = right }
-            let watch = serverRight.map { "; watching its \($0.name), a dead name once the server is gone" } ?? ""
+            let watch = serverRight.map { "; asked to be told on this port when its \($0.name) dies" } ?? ""
             current.others.append("hello from the event server, pid \(serverPID)")
             current.lines.append((at, "", "  ↳ Source1 \(portName): hello from the event server, pid \(serverPID)\(watch)"))
         case MessageID.end:
