@@ -463,13 +463,14 @@ pl_status_t pl_port_requeue(pl_port_t *port, const pl_received_t *received, cons
     if (received->size > port->max_msg_size) return PL_ERR_TOO_LARGE;
     pl_slot_t slot;
     if (!pl_slot_fill(&slot, received->id, payload, received->size)) return PL_ERR_NO_MEMORY;
-    if (received->sender.pid != 0 || received->attachments != NULL) {
+    if (received->sender.pid != 0 || received->attachments != NULL || (received->flags & PL_RECEIVED_NOTIFICATION)) {
         slot.extra = calloc(1, sizeof *slot.extra);
         if (slot.extra == NULL) {
             pl_slot_dispose(&slot);
             return PL_ERR_NO_MEMORY;
         }
         slot.extra->sender = received->sender;
+        slot.extra->flags = received->flags & PL_RECEIVED_NOTIFICATION; /* a notice put back is still one */
     }
 
     pthread_mutex_lock(&port->lock);

@@ -1381,6 +1381,15 @@ static void scenario_notifications(void) {
     CHECK_STATUS(pl_port_request_no_senders(dead, 0, port, &request), PL_ERR_INVALID_NAME);
     CHECK_OK(pl_port_request_dead_name(dead, port, &request)); /* fires at once */
     CHECK(pl_port_message_count(port) == 1);
+    /* A notice put back (as a run loop puts back what it took for a source that left its mode) is still one. */
+    unsigned char notice[64];
+    pl_received_t header;
+    CHECK_OK(pl_port_receive(port, &header, notice, sizeof notice, 0));
+    CHECK(header.flags == PL_RECEIVED_NOTIFICATION);
+    CHECK_OK(pl_port_requeue(port, &header, notice));
+    CHECK_OK(pl_port_receive(port, &header, notice, sizeof notice, 0));
+    CHECK(header.flags == PL_RECEIVED_NOTIFICATION && header.id == PL_NOTIFY_DEAD_NAME);
+    CHECK_OK(pl_port_requeue(port, &header, notice));
     pl_notification_release(request);
     CHECK_OK(pl_port_release_send(dead));
     CHECK_OK(pl_port_destroy(port)); /* the notice still queued goes with it */
