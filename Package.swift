@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "PortLoopServiceLifecycle", targets: ["PortLoopServiceLifecycle"]),
         .executable(name: "portloop-demo", targets: ["PortLoopDemo"]),
         .executable(name: "portloop-echod", targets: ["PortLoopEchoDaemon"]),
+        .executable(name: "portloop", targets: ["PortLoopCLI"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
@@ -51,6 +52,11 @@ let package = Package(
             name: "PortLoopEchoDaemon",
             dependencies: ["PortLoop", "CPortLoop", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
+        // The `portloop` command: services, ping, send, watch. Tests/PortLoopTests/CommandLine*.swift run it.
+        .executableTarget(
+            name: "PortLoopCLI",
+            dependencies: ["PortLoop", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+        ),
         // A child process for the main-queue tests: a synchronous main that runs the main loop.
         .executableTarget(
             name: "PortLoopMainQueueCheck",
@@ -76,7 +82,7 @@ let package = Package(
         .testTarget(
             name: "PortLoopTests",
             dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopIPCPeer", "PortLoopAsyncMainCheck", "PortLoopResourceCheck", "PortLoopEchoDaemon",
-                           "PortLoopDemo", "PortLoopServiceLifecycle",
+                           "PortLoopDemo", "PortLoopCLI", "PortLoopServiceLifecycle",
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                            .product(name: "Logging", package: "swift-log")]
         ),
