@@ -8,9 +8,13 @@ import Glibc
 enum Interruption {
     private static let flag = Atomic<Bool>(false)
 
-    /// Installs the handler.
+    /// Installs the handler, and unblocks SIGINT: a parent may have started this process with it blocked.
     static func catchInterrupt() {
         signal(SIGINT) { _ in Interruption.flag.store(true, ordering: .relaxed) }
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, SIGINT)
+        pthread_sigmask(SIG_UNBLOCK, &set, nil)
     }
 
     static var happened: Bool { flag.load(ordering: .relaxed) }

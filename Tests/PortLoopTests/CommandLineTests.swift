@@ -1,0 +1,140 @@
+import Foundation
+import PortLoop
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The `portloop` command against services run by PortLoopIPCPeer in a temporary namespace: help, usage
+/// errors, `services` and `send`, with their output and exit codes.
+@Suite("portloop: help, services, send", .serialized)
+struct CommandLineTests {
+    @Test("--help on the command and on every subcommand exits 0; the root's lists the exit codes")
+    func help() throws {
+        let root = try portloop(["--help"])
+        #expect(root.status == PortloopExit.success)
+        let text = root.stdout.joined(separator: "\n")
+        for word in ["services", "ping", "send", "watch", "69", "74", "75", "76", "77"] {
+            #expect(text.contains(word), "\(word) missing from: \(text)")
+        }
+        for subcommand in ["services", "ping", "send", "watch"] {
+            let result = try portloop([subcommand, "--help"])
+            #expect(result.status == PortloopExit.success)
+            #expect(result.stdout.contains { $0.contains("USAGE: portloop \(subcommand)") }, "\(result.stdout)")
+        }
+    }
+
+    @Test("bad usage exits 64 with an error line", arguments: [
+        ["ping"], ["ping", "svc", "-c", "0"], ["ping", "svc", "--size", "70000"], ["ping", "a/b"],
+        ["send", "svc"], ["send", "svc", "--id", "1", "--payload", "x", "--file", "/dev/null"],
+        ["watch", "svc", "--interval", "0"], ["services", "--namespace", "relative/path"], ["frobnicate"],
+        ["ping", "svc", "--timeout", "-1"],
+    ])
+    func badUsage(_ arguments: [String]) throws {
+        let result = try portloop(arguments)
+        #expect(result.status == PortloopExit.usage, "\(result)")
+        #expect(result.stderr.first?.hasPrefix("Error: ") == true, "\(result.stderr)")
+    }
+
+    @Test("services lists live services with pid, uid, queue depth and messages received; stale and refused are marked")
+    func services() throws {
+        let space = TemporaryNamespace()
+        let live = try Peer(["serve", space.path, "live", "8", "--paused"]) // its loop waits: messages stay queued
+        let refusing = try Peer(["serve", space.path, "refusing", "--refuse"])
+        let dead = try Peer(["serve", space.path, "dead"])
+        #expect(live.ready() && refusing.ready() && dead.ready())
+        dead.kill() // its socket file stays: a stale name
+
+        for _ in 0..<3 {
+            let sent = try portloop(["send", "live", "--namespace", space.path, "--id", "8", "--payload", "x"])
+            #expect(sent.status == PortloopExit.success, "\(sent)")
+        }
+        let result = try portloop(["services", "--namespace", space.path])
+        #expect(result.status == PortloopExit.success, "\(result)")
+        #expect(result.stdout.first?.split(separator: " ", omittingEmptySubsequences: true)
+            == ["NAME", "PID", "UID", "QUEUE", "RECEIVED", "CLIENTS", "STATE"], "\(result.stdout)")
+        let rows = Dictionary(result.stdout.dropFirst().map { line in
+            let cells = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+            return (cells[0], cells)
+        }, uniquingKeysWith: { $1 })
+        // CLIENTS counts the listing's own connection, and those of the sends above until the service sees them end.
+        #expect(rows["live"]?.prefix(5) == ["live", "\(live.pid)", "\(geteuid())", "3/8", "3"], "\(result.stdout)")
+        #expect((rows["live"]?.last).flatMap { Int($0) }.map { $0 >= 1 } == true, "\(result.stdout)")
+        #expect(rows["refusing"] == ["refusing", "-", "-", "-", "-", "-", "refused"], "\(result.stdout)")
+        #expect(rows["dead"] == ["dead", "-", "-", "-", "-", "-", "stale"], "\(result.stdout)")
+        #expect(rows.count == 3, "lock files and other entries are not services: \(result.stdout)")
+        live.tell("go")
+    }
+
+    @Test("services in a namespace that does not exist lists none; one open to others is refused (77)")
+    func servicesNamespaces() throws {
+        let empty = try portloop(["services", "--namespace", "/tmp/portloop-no-such-namespace-\(getpid())"])
+        #expect(empty.status == PortloopExit.success)
+        #expect(empty.stdout.count == 1, "only the header: \(empty.stdout)")
+
+        let space = TemporaryNamespace()
+        chmod(space.path, 0o777)
+        let open = try portloop(["services", "--namespace", space.path])
+        #expect(open.status == PortloopExit.refused, "\(open)")
+        #expect(open.stderr == ["portloop: refused: the namespace \(space.path) is another user's, or writable by others"])
+    }
+
+    @Test("send: one message, a reply printed, and every error as one line with its exit code")
+    func send() throws {
+        let space = TemporaryNamespace()
+        let service = try Peer(["serve", space.path, "echo", "4", "100"]) // max message size 100
+        let refusing = try Peer(["serve", space.path, "refusing", "--refuse"])
+        #expect(service.ready() && refusing.ready())
+        let base = ["--namespace", space.path, "--timeout", "5"]
+
+        let echoed = try portloop(["send", "echo", "--id", "1", "--payload", "hello", "--reply"] + base)
+        #expect(echoed.status == PortloopExit.success, "\(echoed)")
+        #expect(echoed.stdout == ["reply id=101 bytes=5: hello"])
+
+        let binary = try portloop(["send", "echo", "--id", "1", "--file", "/proc/self/cmdline", "--reply"] + base)
+        #expect(binary.status == PortloopExit.success, "\(binary)")
+        #expect(binary.stdout.first?.contains("bytes=") == true)
+
+        let plain = try portloop(["send", "echo", "--id", "8", "--payload", "1 2 0"] + base)
+        #expect(plain.stdout == ["sent id=8 bytes=5 to echo"], "\(plain)")
+
+        let dropped = try portloop(["send", "echo", "--id", "6", "--reply"] + base)
+        #expect(dropped.status == PortloopExit.noReply, "\(dropped)")
+        #expect(dropped.stderr == ["portloop: no reply: echo dropped the request without answering"])
+
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("portloop-send-\(getpid())").path
+        #expect(FileManager.default.createFile(atPath: file, contents: Data(repeating: 0x61, count: 101)))
+        defer { unlink(file) }
+        let large = try portloop(["send", "echo", "--id", "1", "--file", file] + base)
+        #expect(large.status == PortloopExit.tooLarge, "\(large)")
+        #expect(large.stderr == ["portloop: too large: 101 bytes, and echo takes at most 100"])
+
+        let missing = try portloop(["send", "echo", "--id", "1", "--file", file + ".missing"] + base)
+        #expect(missing.status == PortloopExit.cannotRead, "\(missing)")
+        #expect(missing.stderr.count == 1 && missing.stderr[0].hasPrefix("portloop: cannot read "), "\(missing.stderr)")
+
+        let unknown = try portloop(["send", "nobody", "--id", "1"] + base)
+        #expect(unknown.status == PortloopExit.unknownService, "\(unknown)")
+        #expect(unknown.stderr == ["portloop: unknown service: nobody is not checked in by a live process"])
+
+        let refused = try portloop(["send", "refusing", "--id", "1"] + base)
+        #expect(refused.status == PortloopExit.refused, "\(refused)")
+        #expect(refused.stderr.count == 1 && refused.stderr[0].hasPrefix("portloop: refused: "), "\(refused.stderr)")
+    }
+
+    @Test("send times out (75) waiting for a reply from a service whose loop does not run, and for room in its queue")
+    func sendTimesOut() throws {
+        let space = TemporaryNamespace()
+        let service = try Peer(["serve", space.path, "stuck", "1", "--paused"])
+        #expect(service.ready())
+        let base = ["--namespace", space.path, "--timeout", "0.5"]
+        let noAnswer = try portloop(["send", "stuck", "--id", "1", "--reply"] + base)
+        #expect(noAnswer.status == PortloopExit.timedOut, "\(noAnswer)")
+        #expect(noAnswer.stderr == ["portloop: timed out waiting for stuck"])
+        // The request above fills the queue of one: the next send finds no room.
+        let full = try portloop(["send", "stuck", "--id", "8"] + base)
+        #expect(full.status == PortloopExit.timedOut, "\(full)")
+        #expect(full.stderr == ["portloop: timed out sending to stuck"])
+        service.tell("go")
+    }
+}
