@@ -278,11 +278,11 @@ static void pl_write_header(uint8_t *out, uint8_t type, uint8_t flags, size_t le
     pl_put32(out + 4, (uint32_t)length);
 }
 
-size_t pl_wire_encode_hello(uint8_t *out, uint32_t status, pl_wire_right_t bootstrap) {
+size_t pl_wire_encode_hello(uint8_t *out, uint32_t version, uint32_t status, pl_wire_right_t bootstrap) {
     uint8_t *body = out + PL_WIRE_HEADER_SIZE;
     pl_write_header(out, PL_FRAME_HELLO, 0, PL_WIRE_HELLO_SIZE);
     pl_put32(body, PL_WIRE_MAGIC);
-    pl_put16(body + 4, PL_WIRE_VERSION);
+    pl_put16(body + 4, (uint16_t)version);
     pl_put16(body + 6, (uint16_t)status);
     pl_put32(body + 8, PL_WIRE_MAX_FRAME);
     pl_write_right(body + 12, bootstrap);

@@ -140,7 +140,7 @@ pl_wire_right_t pl_wire_right_at(const pl_wire_message_t *message, uint32_t i);
 
 /* ---- encoding: each writes a whole frame into `out` (sized by the caller) and returns its length ---- */
 
-size_t pl_wire_encode_hello(uint8_t *out, uint32_t status, pl_wire_right_t bootstrap);
+size_t pl_wire_encode_hello(uint8_t *out, uint32_t version, uint32_t status, pl_wire_right_t bootstrap);
 size_t pl_wire_encode_control(uint8_t *out, pl_frame_type_t type, uint32_t handle, uint32_t count_or_flags,
                               uint32_t transfers);
 
