@@ -138,3 +138,50 @@ struct CommandLineTests {
         service.tell("go")
     }
 }
+
+/// A service of an earlier release, played by hand: it welcomes with a version-1 HELLO, whose wire has no status
+/// query.
+@Suite("portloop: a service of an earlier release", .serialized)
+struct CommandLineOldServiceTests {
+    @Test("services marks it old; ping and watch say it answers no status query (exit 1); send still works")
+    func oldService() throws {
+        let space = TemporaryNamespace()
+        let listener = try listeningSocket(at: space.path + "/old")
+        let accepted = Locked<[Int32]>([])
+        let server = TestThread {
+            // Welcomes up to four connections, one per command below, within 20 s.
+            for _ in 0..<4 {
+                var ready = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+                guard poll(&ready, 1, 20_000) == 1 else { break }
+                let fd = accept(listener, nil, nil)
+                guard fd >= 0 else { break }
+                accepted.withLock { $0.append(fd) }
+                let hello = [UInt8]([1, 0, 0, 0]) + RawConnection.le32(36) + RawConnection.le32(0x50494c50) + [1, 0, 0, 0]
+                    + RawConnection.le32(65536) + [1, 0, 0, 0] + RawConnection.le32(1) + RawConnection.le32(4)
+                    + RawConnection.le32(64)
+                _ = Glibc.send(fd, hello, hello.count, Int32(MSG_NOSIGNAL))
+            }
+        }
+        defer {
+            shutdown(listener, Int32(SHUT_RDWR))
+            server.join()
+            close(listener)
+            accepted.current.forEach { close($0) }
+        }
+        let base = ["--namespace", space.path, "--timeout", "2"]
+        let listed = try portloop(["services"] + base)
+        #expect(listed.status == PortloopExit.success, "\(listed)")
+        #expect(listed.stdout.last?.split(separator: " ", omittingEmptySubsequences: true).last == "old", "\(listed.stdout)")
+
+        let pinged = try portloop(["ping", "old", "-c", "1"] + base)
+        #expect(pinged.status == PortloopExit.otherFailure, "\(pinged)")
+        #expect(pinged.stderr == ["portloop: old answers no status query: its release predates them"])
+
+        let watched = try portloop(["watch", "old"] + base)
+        #expect(watched.status == PortloopExit.otherFailure, "\(watched)")
+        #expect(watched.stderr == ["portloop: old answers no status query: its release predates them"])
+
+        let sent = try portloop(["send", "old", "--id", "1", "--payload", "hi"] + base)
+        #expect(sent.status == PortloopExit.success, "\(sent)")
+    }
+}
