@@ -24,22 +24,8 @@ final class CommandRun: @unchecked Sendable {
         process.standardError = errors
         process.standardInput = FileHandle.nullDevice
         try process.run()
-        readers = [(output, stdoutLines), (errors, stderrLines)].map { pipe, lines in
-            let handle = pipe.fileHandleForReading
-            return TestThread {
-                var pending = Data()
-                while true {
-                    let chunk = handle.availableData
-                    if chunk.isEmpty { break }
-                    pending.append(chunk)
-                    while let newline = pending.firstIndex(of: 10) {
-                        let line = String(decoding: pending[pending.startIndex..<newline], as: UTF8.self)
-                        lines.withLock { $0.append(line) }
-                        pending.removeSubrange(pending.startIndex...newline)
-                    }
-                }
-            }
-        }
+        readers = [lineReader(output.fileHandleForReading, into: stdoutLines),
+                   lineReader(errors.fileHandleForReading, into: stderrLines)]
     }
 
     var stdout: [String] { stdoutLines.current }

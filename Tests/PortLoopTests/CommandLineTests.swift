@@ -145,6 +145,7 @@ struct CommandLineTests {
 struct CommandLineOldServiceTests {
     @Test("services marks it old; ping and watch say it answers no status query (exit 1); send still works")
     func oldService() throws {
+        typealias RawPeer = CrossProcessMisbehaviourTests.RawPeer
         let space = TemporaryNamespace()
         let listener = try listeningSocket(at: space.path + "/old")
         let accepted = Locked<[Int32]>([])
@@ -156,9 +157,9 @@ struct CommandLineOldServiceTests {
                 let fd = accept(listener, nil, nil)
                 guard fd >= 0 else { break }
                 accepted.withLock { $0.append(fd) }
-                let hello = [UInt8]([1, 0, 0, 0]) + RawConnection.le32(36) + RawConnection.le32(0x50494c50) + [1, 0, 0, 0]
-                    + RawConnection.le32(65536) + [1, 0, 0, 0] + RawConnection.le32(1) + RawConnection.le32(4)
-                    + RawConnection.le32(64)
+                // Version 1, welcome, the service port's right: handle 1, 4 credits, payloads up to 64 bytes.
+                let hello = RawPeer.frame(1, RawPeer.le32(0x50494c50) + [1, 0, 0, 0] + RawPeer.le32(65536)
+                                             + [1, 0, 0, 0] + RawPeer.le32(1) + RawPeer.le32(4) + RawPeer.le32(64))
                 _ = Glibc.send(fd, hello, hello.count, Int32(MSG_NOSIGNAL))
             }
         }

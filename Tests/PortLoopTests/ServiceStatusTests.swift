@@ -63,93 +63,60 @@ struct ServiceStatusTests {
 
     @Test("the wire: a welcomed peer gets STATUS for its PROBE; a refused one, and one that said version 1, get none")
     func wire() throws {
+        typealias RawPeer = CrossProcessMisbehaviourTests.RawPeer
         let space = TemporaryNamespace()
         let open = try Peer(["serve", space.path, "open"])
         let refusing = try Peer(["serve", space.path, "refusing", "--refuse"])
         #expect(open.ready() && refusing.ready())
 
-        let welcomed = try RawConnection(path: space.path + "/open")
-        try welcomed.send(RawConnection.hello(version: 2))
-        try welcomed.send(RawConnection.probe(seq: 77, echo: 3))
-        let frames = welcomed.frames(until: 2)
+        let welcomed = try RawPeer(path: space.path + "/open")
+        #expect(welcomed.send(RawPeer.hello(version: 2)))
+        #expect(welcomed.send(RawPeer.probe(seq: 77, echo: 3)))
+        let frames = welcomed.packets(until: 2)
         #expect(frames.map { $0.first } == [1, 10], "HELLO then STATUS: \(frames)")
         if frames.count == 2 {
             let status = frames[1]
             #expect(status.count == 48 + 3)
-            #expect(RawConnection.u32(status, 8) == 77, "the seq comes back")
-            #expect(Int32(bitPattern: RawConnection.u32(status, 12)) == open.pid)
+            #expect(RawPeer.u32(status, 8) == 77, "the seq comes back")
+            #expect(Int32(bitPattern: RawPeer.u32(status, 12)) == open.pid)
         }
 
-        let refused = try RawConnection(path: space.path + "/refusing")
+        let refused = try RawPeer(path: space.path + "/refusing")
         // The service may have closed the connection before these arrive: it refuses as soon as it accepts.
-        try? refused.send(RawConnection.hello(version: 2))
-        try? refused.send(RawConnection.probe(seq: 1, echo: 0))
-        let answer = refused.frames(until: nil)
+        _ = refused.send(RawPeer.hello(version: 2))
+        _ = refused.send(RawPeer.probe(seq: 1, echo: 0))
+        let answer = refused.packets(until: nil)
         #expect(answer.count == 1 && answer[0].first == 1, "only the refusing HELLO, then the end: \(answer)")
-        #expect(answer.first.map { RawConnection.u32($0, 12) & 0xffff0000 } == 1 << 16, "status REFUSED")
+        #expect(answer.first.map { RawPeer.u32($0, 12) & 0xffff0000 } == 1 << 16, "status REFUSED")
 
-        let old = try RawConnection(path: space.path + "/open")
-        try old.send(RawConnection.hello(version: 1))
-        try old.send(RawConnection.probe(seq: 5, echo: 0))
-        let oldFrames = old.frames(until: nil)
+        let old = try RawPeer(path: space.path + "/open")
+        #expect(old.send(RawPeer.hello(version: 1)))
+        #expect(old.send(RawPeer.probe(seq: 5, echo: 0)))
+        let oldFrames = old.packets(until: nil)
         #expect(oldFrames.map { $0.first } == [1], "HELLO, then the end without STATUS: \(oldFrames)")
     }
 }
 
-/// A SOCK_SEQPACKET connection to a service's socket that speaks the wire by hand, for tests of what a peer
-/// that does not use the library gets.
-final class RawConnection {
-    let fd: Int32
-
-    init(path: String) throws {
-        fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(path.utf8).prefix($0.count - 1)) }
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-        }
-        guard fd >= 0, connected == 0 else {
-            if fd >= 0 { close(fd) }
-            throw PortError.systemCallFailed(call: "connect", errno: errno)
-        }
+/// The status query by hand, on the misbehaving-peer tests' raw connection.
+extension CrossProcessMisbehaviourTests.RawPeer {
+    /// A client's HELLO saying `version`.
+    static func hello(version: UInt8) -> [UInt8] {
+        frame(1, le32(0x50494C50) + [version, 0, 0, 0] + le32(65536) + [UInt8](repeating: 0, count: 16))
     }
 
-    deinit { close(fd) }
-
-    func send(_ frame: [UInt8]) throws {
-        guard Glibc.send(fd, frame, frame.count, Int32(MSG_NOSIGNAL)) == frame.count else {
-            throw PortError.systemCallFailed(call: "send", errno: errno)
-        }
-    }
-
-    /// Frames received until `count` came, or the end of the connection (or 10 s without anything).
-    func frames(until count: Int?) -> [[UInt8]] {
-        var frames: [[UInt8]] = []
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while count.map({ frames.count < $0 }) ?? true {
-            var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&ready, 1, 10_000) == 1 else { break }
-            let n = recv(fd, &buffer, buffer.count, 0)
-            if n <= 0 { break }
-            frames.append(Array(buffer[..<n]))
-        }
-        return frames
+    /// A PROBE asking for `echo` bytes back, carrying as many.
+    static func probe(seq: UInt32, echo: UInt32) -> [UInt8] {
+        frame(9, le32(seq) + le32(echo) + [UInt8](repeating: 0, count: Int(echo)))
     }
 
     static func u32(_ bytes: [UInt8], _ at: Int) -> UInt32 {
         UInt32(bytes[at]) | UInt32(bytes[at + 1]) << 8 | UInt32(bytes[at + 2]) << 16 | UInt32(bytes[at + 3]) << 24
     }
 
-    static func le32(_ value: UInt32) -> [UInt8] { (0..<4).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
-
-    /// A client's HELLO: magic "PLIP", the version, status 0, the largest frame, no right.
-    static func hello(version: UInt16) -> [UInt8] {
-        [1, 0, 0, 0] + le32(36) + le32(0x50494c50) + [UInt8(version), 0, 0, 0] + le32(65536) + [UInt8](repeating: 0, count: 16)
-    }
-
-    /// A PROBE asking for `echo` bytes back, carrying as many.
-    static func probe(seq: UInt32, echo: UInt32) -> [UInt8] {
-        [9, 0, 0, 0] + le32(16 + echo) + le32(seq) + le32(echo) + [UInt8](repeating: 0, count: Int(echo))
+    /// Packets received until `count` came, or the end of the connection (or 10 s without anything).
+    func packets(until count: Int?) -> [[UInt8]] {
+        var packets: [[UInt8]] = []
+        while count.map({ packets.count < $0 }) ?? true, case let .packet(bytes) = receive() { packets.append(bytes) }
+        return packets
     }
 }
