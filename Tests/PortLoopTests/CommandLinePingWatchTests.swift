@@ -66,6 +66,19 @@ struct CommandLinePingWatchTests {
         #expect(run.stderr == ["portloop: 2 of 3 requests to svc timed out"])
     }
 
+    @Test("ping: the service going away mid-ping ends it with the summary, one error line and 74")
+    func pingServiceGone() throws {
+        let space = TemporaryNamespace()
+        let service = try Peer(["serve", space.path, "svc"])
+        #expect(service.ready())
+        let run = try CommandRun(["ping", "svc", "--namespace", space.path, "-i", "0.1"])
+        #expect(run.waitForLine(containing: "seq=1 time=") != nil, "\(run.stdout)")
+        service.kill()
+        #expect(run.finish(within: 20) == PortloopExit.wentAway, "\(run.stdout) \(run.stderr)")
+        #expect(run.stderr == ["portloop: svc went away"])
+        #expect(run.stdout.contains("--- svc ping statistics ---"), "\(run.stdout)")
+    }
+
     @Test("ping until Ctrl-C prints its summary and exits 0")
     func pingInterrupted() throws {
         let space = TemporaryNamespace()
@@ -112,6 +125,14 @@ struct CommandLinePingWatchTests {
         #expect(run.waitForLine(containing: "msg/s") != nil)
         run.interrupt()
         #expect(run.finish(within: 10) == PortloopExit.success, "\(run.stderr)")
+
+        let frozen = try CommandRun(["watch", "svc", "--namespace", space.path, "--interval", "0.05", "--timeout", "0.5"])
+        #expect(frozen.waitForLine(containing: "msg/s") != nil)
+        kill(service.pid, SIGSTOP) // its transport stops answering
+        let status = frozen.finish(within: 20)
+        kill(service.pid, SIGCONT)
+        #expect(status == PortloopExit.timedOut, "\(frozen.stderr)")
+        #expect(frozen.stderr == ["portloop: timed out watching svc"])
 
         let unknown = try portloop(["watch", "nobody", "--namespace", space.path])
         #expect(unknown.status == PortloopExit.unknownService, "\(unknown)")

@@ -66,11 +66,20 @@ struct CommandLineTests {
         live.tell("go")
     }
 
-    @Test("services in a namespace that does not exist lists none; one open to others is refused (77)")
+    @Test("services: a namespace that does not exist lists none, a service that does not answer is marked, a namespace open to others is refused (77)")
     func servicesNamespaces() throws {
         let empty = try portloop(["services", "--namespace", "/tmp/portloop-no-such-namespace-\(getpid())"])
         #expect(empty.status == PortloopExit.success)
         #expect(empty.stdout.count == 1, "only the header: \(empty.stdout)")
+
+        let frozenSpace = TemporaryNamespace()
+        let frozen = try Peer(["serve", frozenSpace.path, "frozen"])
+        #expect(frozen.ready())
+        kill(frozen.pid, SIGSTOP) // nobody in it answers: not even its transport
+        let silent = try portloop(["services", "--namespace", frozenSpace.path, "--timeout", "0.5"])
+        kill(frozen.pid, SIGCONT)
+        #expect(silent.status == PortloopExit.success, "\(silent)")
+        #expect(silent.stdout.last?.hasSuffix("no answer") == true, "\(silent.stdout)")
 
         let space = TemporaryNamespace()
         chmod(space.path, 0o777)

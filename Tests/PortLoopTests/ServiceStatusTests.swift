@@ -37,6 +37,42 @@ struct ServiceStatusTests {
         #expect(throws: PortError.invalidDestination) { try right.serviceStatus(timeout: .seconds(5)) }
     }
 
+    @Test("threads asking at once over one connection, while messages flow, each get their own answers")
+    func concurrentQueries() throws {
+        let space = TemporaryNamespace()
+        let service = try Peer(["serve", space.path, "svc", "1024"])
+        #expect(service.ready())
+        let right = try space.namespace.lookUp("svc")
+        let failures = Locked<[String]>([])
+        let askers = (0..<4).map { thread in
+            TestThread {
+                var last: UInt64 = 0
+                for i in 0..<200 {
+                    do {
+                        let status = try right.serviceStatus(echoing: (thread * 997 + i * 31) % 4096, timeout: .seconds(20))
+                        if status.processID != service.pid || status.messagesReceived < last {
+                            failures.withLock { $0.append("\(thread)/\(i): \(status)") }
+                        }
+                        last = status.messagesReceived
+                    } catch {
+                        failures.withLock { $0.append("\(thread)/\(i): \(error)") }
+                    }
+                }
+            }
+        }
+        let sender = TestThread {
+            for seq in 0..<500 {
+                do { try right.send(id: 8, bytes: Array("\(getpid()) 0 \(seq)".utf8), timeout: .seconds(20)) } catch {
+                    failures.withLock { $0.append("send \(seq): \(error)") }
+                }
+            }
+        }
+        askers.forEach { $0.join() }
+        sender.join()
+        #expect(failures.current.isEmpty, "\(failures.current.prefix(5))")
+        #expect(eventually { (try? right.serviceStatus(timeout: .seconds(5)))?.messagesReceived == 500 })
+    }
+
     @Test("bad arguments: an echo out of range, a right that is not a looked-up service port")
     func badArguments() throws {
         let space = TemporaryNamespace()
