@@ -26,10 +26,10 @@ struct PingCommand: ParsableCommand {
     var count: Int?
 
     @Option(name: .customShort("i"), help: ArgumentHelp("Seconds between requests.", valueName: "interval"))
-    var interval: Seconds = Seconds(argument: "1")!
+    var interval: Seconds = Seconds(1)
 
     @Option(help: ArgumentHelp("Seconds to wait for each answer (and for the look-up).", valueName: "seconds"))
-    var timeout: Seconds = Seconds(argument: "2")!
+    var timeout: Seconds = Seconds(2)
 
     @Option(help: ArgumentHelp("Bytes each request and each answer carry.", valueName: "bytes"))
     var size: Int = 56

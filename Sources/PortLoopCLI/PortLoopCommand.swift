@@ -10,15 +10,17 @@ struct PortLoopCommand: ParsableCommand {
         discussion: """
             Exit codes, the same for every subcommand:
               0   success
-              1   any other failure (a system call, a limit, a service too old to answer a status query)
-              64  bad usage (an unknown option, a value out of range)
+              1   any other failure: a system call, a limit, a service too old
+                  to answer a status query
+              64  bad usage: an unknown option, a value out of range
               65  the payload is larger than the service's port takes
               66  the --file cannot be read
-              69  unknown service: no live process has checked the name in (a stale name included)
+              69  unknown service: no live process has checked the name in
               74  the service went away during the command
               75  timed out
               76  no reply: the service dropped the request without answering
-              77  refused: the service's policy does not admit this process, or the namespace is not yours
+              77  refused: the service's policy does not admit this process, or
+                  the namespace is not yours alone
             """,
         subcommands: [ServicesCommand.self, PingCommand.self, SendCommand.self, WatchCommand.self]
     )
@@ -47,10 +49,15 @@ struct NamespaceOptions: ParsableArguments {
 struct Seconds: ExpressibleByArgument, Sendable {
     let value: Double
 
+    init(_ value: Double) { self.value = value }
+
     init?(argument: String) {
         guard let value = Double(argument), value.isFinite, value >= 0 else { return nil }
         self.value = value
     }
+
+    /// "1", "0.5": how --help shows a default.
+    var defaultValueDescription: String { value == value.rounded() ? String(Int(value)) : String(value) }
 
     var duration: Duration { .nanoseconds(Int64(value * 1e9)) }
     var timeout: PortTimeout { .seconds(value) }

@@ -34,7 +34,7 @@ struct SendCommand: ParsableCommand {
     var file: String?
 
     @Option(help: ArgumentHelp("Seconds to wait: for the look-up, for room in the queue, for the reply.", valueName: "seconds"))
-    var timeout: Seconds = Seconds(argument: "10")!
+    var timeout: Seconds = Seconds(10)
 
     @Flag(help: "Wait for the service's reply and print it.")
     var reply = false

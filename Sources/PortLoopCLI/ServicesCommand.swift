@@ -22,7 +22,7 @@ struct ServicesCommand: ParsableCommand {
     @OptionGroup var options: NamespaceOptions
 
     @Option(help: ArgumentHelp("How long to wait for each service, in seconds.", valueName: "seconds"))
-    var timeout: Seconds = Seconds(argument: "2")!
+    var timeout: Seconds = Seconds(2)
 
     func validate() throws {
         guard timeout.value > 0 else { throw ValidationError("--timeout must be more than 0") }

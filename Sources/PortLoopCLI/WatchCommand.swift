@@ -23,13 +23,13 @@ struct WatchCommand: ParsableCommand {
     var name: String
 
     @Option(help: ArgumentHelp("Seconds between lines.", valueName: "seconds"))
-    var interval: Seconds = Seconds(argument: "1")!
+    var interval: Seconds = Seconds(1)
 
     @Option(name: .customShort("c"), help: ArgumentHelp("Stop after this many lines (default: until Ctrl-C).", valueName: "count"))
     var count: Int?
 
     @Option(help: ArgumentHelp("Seconds to wait for each answer (and for the look-up).", valueName: "seconds"))
-    var timeout: Seconds = Seconds(argument: "2")!
+    var timeout: Seconds = Seconds(2)
 
     func validate() throws {
         try validateServiceName(name)

@@ -21,6 +21,7 @@ struct CommandLineTests {
             let result = try portloop([subcommand, "--help"])
             #expect(result.status == PortloopExit.success)
             #expect(result.stdout.contains { $0.contains("USAGE: portloop \(subcommand)") }, "\(result.stdout)")
+            #expect(!result.stdout.contains { $0.contains("Seconds(") }, "defaults read as numbers: \(result.stdout)")
         }
     }
 
