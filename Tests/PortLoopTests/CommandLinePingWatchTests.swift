@@ -33,7 +33,7 @@ struct CommandLinePingWatchTests {
         let refusing = try Peer(["serve", space.path, "refusing", "--refuse"])
         let frozen = try Peer(["serve", space.path, "frozen"])
         #expect(refusing.ready() && frozen.ready())
-        let base = ["--namespace", space.path, "-c", "1", "--timeout", "0.5"]
+        let base = ["--namespace", space.path, "-c", "1", "--timeout", "5"]
 
         let unknown = try portloop(["ping", "nobody"] + base)
         #expect(unknown.status == PortloopExit.unknownService, "\(unknown)")
@@ -45,7 +45,7 @@ struct CommandLinePingWatchTests {
 
         kill(frozen.pid, SIGSTOP) // nobody in it answers: not even its transport
         defer { kill(frozen.pid, SIGCONT) }
-        let silent = try portloop(["ping", "frozen"] + base)
+        let silent = try portloop(["ping", "frozen", "--namespace", space.path, "-c", "1", "--timeout", "0.5"])
         #expect(silent.status == PortloopExit.timedOut, "\(silent)")
         #expect(silent.stderr.count == 1 && silent.stderr[0].hasPrefix("portloop: timed out "), "\(silent.stderr)")
     }
@@ -55,7 +55,7 @@ struct CommandLinePingWatchTests {
         let space = TemporaryNamespace()
         let service = try Peer(["serve", space.path, "svc"])
         #expect(service.ready())
-        let run = try CommandRun(["ping", "svc", "--namespace", space.path, "-c", "3", "-i", "0.3", "--timeout", "0.5"])
+        let run = try CommandRun(["ping", "svc", "--namespace", space.path, "-c", "3", "-i", "0.3", "--timeout", "1.5"])
         #expect(run.waitForLine(containing: "seq=1 time=") != nil, "\(run.stdout)")
         kill(service.pid, SIGSTOP) // the next requests go unanswered
         let status = run.finish(within: 30)
@@ -126,7 +126,7 @@ struct CommandLinePingWatchTests {
         run.interrupt()
         #expect(run.finish(within: 10) == PortloopExit.success, "\(run.stderr)")
 
-        let frozen = try CommandRun(["watch", "svc", "--namespace", space.path, "--interval", "0.05", "--timeout", "0.5"])
+        let frozen = try CommandRun(["watch", "svc", "--namespace", space.path, "--interval", "0.05", "--timeout", "1.5"])
         #expect(frozen.waitForLine(containing: "msg/s") != nil)
         kill(service.pid, SIGSTOP) // its transport stops answering
         let status = frozen.finish(within: 20)

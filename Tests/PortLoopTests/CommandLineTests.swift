@@ -137,7 +137,8 @@ struct CommandLineTests {
         let space = TemporaryNamespace()
         let service = try Peer(["serve", space.path, "stuck", "1", "--paused"])
         #expect(service.ready())
-        let base = ["--namespace", space.path, "--timeout", "0.5"]
+        // Long enough for the look-up on a loaded machine; the waits that time out are the point.
+        let base = ["--namespace", space.path, "--timeout", "1.5"]
         let noAnswer = try portloop(["send", "stuck", "--id", "1", "--reply"] + base)
         #expect(noAnswer.status == PortloopExit.timedOut, "\(noAnswer)")
         #expect(noAnswer.stderr == ["portloop: timed out waiting for stuck"])
