@@ -1264,13 +1264,13 @@ static void fork_child_body(void) {
     rmdir(dir);
 }
 
-/* In a process of its own: the transport thread it starts lives as long as its process, which under valgrind
- * would otherwise be this whole program. */
-static void scenario_fork_child(void) {
+/* Runs a scenario that starts a transport in a process of its own: the transport thread lives as long as its
+ * process, which under valgrind would otherwise be this whole program. */
+static void run_in_own_process(void (*body)(void)) {
     pid_t scenario = fork();
     CHECK(scenario >= 0);
     if (scenario == 0) {
-        fork_child_body();
+        body();
         _exit(atomic_load(&scenario_failures) > 0 ? 4 : 0);
     }
     int status = 0;
@@ -1278,6 +1278,8 @@ static void scenario_fork_child(void) {
     /* 1: valgrind's --error-exitcode for the memory a forked process inherits; 4: a failed check (printed). */
     CHECK(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 1));
 }
+
+static void scenario_fork_child(void) { run_in_own_process(fork_child_body); }
 
 /* Asks for the service's status until it fails; the last status and how many answers came back. */
 typedef struct status_asker {
@@ -1347,19 +1349,7 @@ static void status_queries_body(void) {
     rmdir(dir);
 }
 
-/* In a process of its own, as fork_child: its transport thread lives as long as its process. */
-static void scenario_status_queries(void) {
-    pid_t scenario = fork();
-    CHECK(scenario >= 0);
-    if (scenario == 0) {
-        status_queries_body();
-        _exit(atomic_load(&scenario_failures) > 0 ? 4 : 0);
-    }
-    int status = 0;
-    CHECK(waitpid(scenario, &status, 0) == scenario);
-    /* 1: valgrind's verdict on the memory the process inherited (see fork_child); 4: a failed check (printed). */
-    CHECK(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 1));
-}
+static void scenario_status_queries(void) { run_in_own_process(status_queries_body); }
 
 int main(int argc, char **argv) {
     bool verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
