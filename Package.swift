@@ -10,6 +10,7 @@ let package = Package(
         .executable(name: "portloop-demo", targets: ["PortLoopDemo"]),
         .executable(name: "portloop-demo-ipc", targets: ["PortLoopDemoIPC"]),
         .executable(name: "portloop-echod", targets: ["PortLoopEchoDaemon"]),
+        .executable(name: "portloop", targets: ["PortLoopCLI"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
@@ -62,6 +63,11 @@ let package = Package(
             name: "PortLoopEchoDaemon",
             dependencies: ["PortLoop", "CPortLoop", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
+        // The `portloop` command: services, ping, send, watch. Tests/PortLoopTests/CommandLine*.swift run it.
+        .executableTarget(
+            name: "PortLoopCLI",
+            dependencies: ["PortLoop", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+        ),
         // A child process for the main-queue tests: a synchronous main that runs the main loop.
         .executableTarget(
             name: "PortLoopMainQueueCheck",
@@ -87,7 +93,7 @@ let package = Package(
         .testTarget(
             name: "PortLoopTests",
             dependencies: ["PortLoop", "CPortLoop", "PortLoopMainQueueCheck", "PortLoopIPCPeer", "PortLoopAsyncMainCheck", "PortLoopResourceCheck", "PortLoopEchoDaemon",
-                           "PortLoopDemo", "PortLoopDemoIPC", "PortLoopServiceLifecycle",
+                           "PortLoopDemo", "PortLoopDemoIPC", "PortLoopCLI", "PortLoopServiceLifecycle",
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                            .product(name: "Logging", package: "swift-log")]
         ),

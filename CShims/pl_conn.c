@@ -175,7 +175,7 @@ void pl_conn_write_control(pl_conn_t *conn, pl_frame_type_t type, uint32_t handl
 
 void pl_conn_write_hello(pl_conn_t *conn, uint32_t status, pl_wire_right_t bootstrap) {
     uint8_t frame[PL_WIRE_HELLO_SIZE];
-    size_t length = pl_wire_encode_hello(frame, status, bootstrap);
+    size_t length = pl_wire_encode_hello(frame, PL_WIRE_VERSION, status, bootstrap);
     pthread_mutex_lock(&conn->write_lock);
     pl_conn_put_frame_locked(conn, frame, length, NULL, 0);
     pthread_mutex_unlock(&conn->write_lock);

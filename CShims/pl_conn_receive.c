@@ -191,6 +191,7 @@ static bool pl_receive_hello(pl_conn_t *conn, const pl_wire_hello_t *hello, cons
     if (ok) {
         conn->hello_received = true;
         conn->hello_status = hello->status;
+        conn->peer_version = hello->version;
     }
     pthread_mutex_unlock(&conn->lock);
     pthread_cond_broadcast(&conn->changed);
@@ -220,6 +221,8 @@ bool pl_conn_receive_frame(pl_conn_t *conn, const uint8_t *packet, size_t length
                                     reason);
             break;
         case PL_FRAME_DEAD: pl_proxy_dead(conn, frame.u.control.handle); break;
+        case PL_FRAME_PROBE: ok = pl_conn_answer_probe(conn, &frame.u.probe, reason); break;
+        case PL_FRAME_STATUS: ok = pl_conn_take_status(conn, &frame.u.status, reason); break;
         default: break;
         }
     }

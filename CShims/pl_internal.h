@@ -59,6 +59,7 @@ struct pl_port {
     uint32_t sender_wakes_pending; /* signals sent to waiting senders that they have not yet woken from */
     pl_slot_t *ring;          /* capacity grows on demand up to qlimit */
     uint32_t ring_capacity, head, count;
+    uint64_t received;        /* messages sent to it since it was made, from anywhere (put-backs not counted) */
     pl_membership_t *memberships;
     /* Across processes (pl_remote.h): */
     uint32_t reserved;        /* queue room lent to other processes as credit: full at count + reserved */

@@ -414,6 +414,7 @@ pl_status_t pl_port_send_with(pl_port_t *port, int32_t id, const void *payload, 
     }
     port->ring[(port->head + port->count) % port->ring_capacity] = slot;
     port->count++;
+    port->received++;
 
     pl_port_wake_after_enqueue_unlock(port, false);
     return PL_OK;
@@ -436,6 +437,7 @@ pl_status_t pl_port_enqueue_remote(pl_port_t *port, pl_slot_t *slot, pl_export_t
     port->reserved--;
     port->ring[(port->head + port->count) % port->ring_capacity] = *slot;
     port->count++;
+    port->received++;
     pl_port_wake_after_enqueue_unlock(port, false);
     return PL_OK;
 }

@@ -124,6 +124,14 @@ typedef struct pl_out_frame {
 
 typedef struct pl_service pl_service_t;
 
+/* A status query waiting for its answer (on the asking thread's stack; the connection's lock). */
+typedef struct pl_probe_wait {
+    uint32_t seq, echo;
+    bool answered;
+    pl_wire_status_t status;
+    struct pl_probe_wait *next;
+} pl_probe_wait_t;
+
 struct pl_conn {
     atomic_uint refs;
     int fd;
@@ -148,6 +156,10 @@ struct pl_conn {
     const char *death;        /* why, for the log */
     bool hello_received;
     uint32_t hello_status;
+    uint32_t peer_version;    /* the wire version the peer's HELLO said */
+    bool welcomed;            /* a service's: it sent this peer WELCOME, so the peer may ask for its status */
+    pl_probe_wait_t *probes;  /* a client's status queries waiting for answers */
+    uint32_t next_probe_seq;
     pl_handle_map_t exports;  /* handle → pl_export_t */
     pl_handle_map_t imports;  /* handle → pl_port_t (proxy) */
     pl_port_t *idle_head, *idle_tail; /* proxies with no right left, oldest first, released after a while */
@@ -182,6 +194,10 @@ pl_status_t pl_conn_put_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size
 /* Writes a control frame (any thread holding no lock of the connection or of a port). */
 void pl_conn_write_control(pl_conn_t *conn, pl_frame_type_t type, uint32_t handle, uint32_t count_or_flags,
                            uint32_t transfers);
+/* Answers a PROBE with the service's STATUS (the reader). false: the peer may not ask (reason set). */
+bool pl_conn_answer_probe(pl_conn_t *conn, const pl_wire_probe_t *probe, const char **reason);
+/* Hands a STATUS to the query waiting for it (the reader); an answer nobody waits for any more is dropped. */
+bool pl_conn_take_status(pl_conn_t *conn, const pl_wire_status_t *status, const char **reason);
 /* Sends the connection's HELLO. */
 void pl_conn_write_hello(pl_conn_t *conn, uint32_t status, pl_wire_right_t bootstrap);
 /* Writes what waits in the outgoing queue (the transport thread, on EPOLLOUT). */
@@ -307,7 +323,7 @@ struct pl_service {
     char *lock_path;
     pl_port_t *port;          /* a memory reference to the service port */
     pl_policy_t policy;
-    uint32_t connections;     /* the transport thread's */
+    atomic_uint connections;  /* changed by the transport thread; read by whoever answers a status query */
     bool withdrawn;
     atomic_bool unlinked;     /* the socket's name is gone (by whoever destroyed the port, or the withdrawal) */
     struct pl_service *next;

@@ -266,6 +266,11 @@ void pl_service_accepted(pl_service_t *service, int fd) {
         if (pl_conn_export_locked(conn, service->port, &right, &dead) != PL_OK) status = PL_HELLO_FULL;
         pthread_mutex_unlock(&conn->lock);
     }
+    if (status == PL_HELLO_WELCOME) {
+        pthread_mutex_lock(&conn->lock);
+        conn->welcomed = true; /* before the hello goes: the peer may ask for status once it has it */
+        pthread_mutex_unlock(&conn->lock);
+    }
     pl_conn_write_hello(conn, status, right);
     if (dead) pl_conn_write_control(conn, PL_FRAME_DEAD, right.handle, 0, 0);
     if (status != PL_HELLO_WELCOME) pl_transport_kill(conn, "refused");

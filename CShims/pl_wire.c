@@ -81,10 +81,12 @@ static bool pl_decode_hello(const uint8_t *body, size_t size, pl_wire_frame_t *f
     hello->status = pl_get16(body + 6);
     hello->max_frame = pl_get32(body + 8);
     if (hello->magic != PL_WIRE_MAGIC) { *reason = "hello: bad magic"; return false; }
-    if (hello->version != PL_WIRE_VERSION) { *reason = "hello: unsupported version"; return false; }
+    if (hello->version < PL_WIRE_VERSION_MIN || hello->version > PL_WIRE_VERSION) {
+        *reason = "hello: unsupported version"; return false;
+    }
     if (hello->status > PL_HELLO_FULL) { *reason = "hello: unknown status"; return false; }
-    /* Version 1 frames are at most PL_WIRE_MAX_FRAME bytes either way; the field lets a later version differ. */
-    if (hello->max_frame != PL_WIRE_MAX_FRAME) { *reason = "hello: a largest frame version 1 does not use"; return false; }
+    /* Version 1 and 2 frames are at most PL_WIRE_MAX_FRAME bytes either way; the field lets a later version differ. */
+    if (hello->max_frame != PL_WIRE_MAX_FRAME) { *reason = "hello: a largest frame versions 1 and 2 do not use"; return false; }
     if (!pl_right_valid(body + 12, true, false, reason)) return false;
     hello->bootstrap = pl_read_right(body + 12);
     if (hello->bootstrap.kind == PL_RIGHT_YOURS) { *reason = "hello: bootstrap names a right of the receiver"; return false; }
@@ -191,6 +193,50 @@ static bool pl_decode_control(const uint8_t *body, size_t size, uint8_t type, ui
     return true;
 }
 
+/* Padding carries nothing: every byte of it is zero, so that a later version can give it a meaning. */
+static bool pl_padding_zero(const uint8_t *p, size_t size) {
+    for (size_t i = 0; i < size; i++) {
+        if (p[i] != 0) return false;
+    }
+    return true;
+}
+
+static bool pl_decode_probe(const uint8_t *body, size_t size, pl_wire_frame_t *frame, const char **reason) {
+    const size_t fixed = PL_WIRE_PROBE_FIXED - PL_WIRE_HEADER_SIZE;
+    if (size < fixed) { *reason = "probe: shorter than its fixed part"; return false; }
+    pl_wire_probe_t *probe = &frame->u.probe;
+    probe->seq = pl_get32(body);
+    probe->echo = pl_get32(body + 4);
+    probe->padding = (uint32_t)(size - fixed);
+    if (probe->echo > PL_WIRE_ECHO_MAX) { *reason = "probe: asks for more echo than a frame holds"; return false; }
+    if (!pl_padding_zero(body + fixed, probe->padding)) { *reason = "probe: padding not zero"; return false; }
+    return true;
+}
+
+static bool pl_decode_status(const uint8_t *body, size_t size, pl_wire_frame_t *frame, const char **reason) {
+    const size_t fixed = PL_WIRE_STATUS_FIXED - PL_WIRE_HEADER_SIZE;
+    if (size < fixed) { *reason = "status: shorter than its fixed part"; return false; }
+    pl_wire_status_t *status = &frame->u.status;
+    status->seq = pl_get32(body);
+    status->pid = (int32_t)pl_get32(body + 4);
+    status->uid = pl_get32(body + 8);
+    status->gid = pl_get32(body + 12);
+    status->queue_depth = pl_get32(body + 16);
+    status->queue_limit = pl_get32(body + 20);
+    status->max_size = pl_get32(body + 24);
+    status->connections = pl_get32(body + 28);
+    status->received = (uint64_t)pl_get32(body + 32) | ((uint64_t)pl_get32(body + 36) << 32);
+    status->padding = (uint32_t)(size - fixed);
+    if (status->pid <= 0) { *reason = "status: not a process id"; return false; }
+    if (status->queue_limit < 1 || status->queue_limit > PL_QLIMIT_MAX) { *reason = "status: queue limit out of range"; return false; }
+    /* A queue holds more than its limit only for a while (the limit lowered, a taken message put back while a
+     * sender filled its slot): a deeper one than twice the largest limit is no queue's. */
+    if (status->queue_depth > 2 * PL_QLIMIT_MAX) { *reason = "status: queue depth out of range"; return false; }
+    if (status->max_size < 1 || status->max_size > PL_MSG_SIZE_MAX) { *reason = "status: max size out of range"; return false; }
+    if (!pl_padding_zero(body + fixed, status->padding)) { *reason = "status: padding not zero"; return false; }
+    return true;
+}
+
 bool pl_wire_decode(const uint8_t *packet, size_t length, uint32_t fd_count, pl_wire_frame_t *frame,
                     const char **reason) {
     *reason = NULL;
@@ -213,6 +259,10 @@ bool pl_wire_decode(const uint8_t *packet, size_t length, uint32_t fd_count, pl_
     case PL_FRAME_CREDIT: case PL_FRAME_WANT: case PL_FRAME_RECLAIM:
     case PL_FRAME_RETURN: case PL_FRAME_RELEASE: case PL_FRAME_DEAD:
         return pl_decode_control(body, size, frame->type, frame->flags, frame, reason);
+    case PL_FRAME_PROBE: case PL_FRAME_STATUS:
+        if (frame->flags != 0) { *reason = frame->type == PL_FRAME_PROBE ? "probe: flags set" : "status: flags set"; return false; }
+        return frame->type == PL_FRAME_PROBE ? pl_decode_probe(body, size, frame, reason)
+                                             : pl_decode_status(body, size, frame, reason);
     default:
         *reason = "frame: unknown type";
         return false;
@@ -228,11 +278,11 @@ static void pl_write_header(uint8_t *out, uint8_t type, uint8_t flags, size_t le
     pl_put32(out + 4, (uint32_t)length);
 }
 
-size_t pl_wire_encode_hello(uint8_t *out, uint32_t status, pl_wire_right_t bootstrap) {
+size_t pl_wire_encode_hello(uint8_t *out, uint32_t version, uint32_t status, pl_wire_right_t bootstrap) {
     uint8_t *body = out + PL_WIRE_HEADER_SIZE;
     pl_write_header(out, PL_FRAME_HELLO, 0, PL_WIRE_HELLO_SIZE);
     pl_put32(body, PL_WIRE_MAGIC);
-    pl_put16(body + 4, PL_WIRE_VERSION);
+    pl_put16(body + 4, (uint16_t)version);
     pl_put16(body + 6, (uint16_t)status);
     pl_put32(body + 8, PL_WIRE_MAX_FRAME);
     pl_write_right(body + 12, bootstrap);
@@ -260,6 +310,32 @@ size_t pl_wire_encode_control(uint8_t *out, pl_frame_type_t type, uint32_t handl
     }
     pl_write_header(out, (uint8_t)type, 0, PL_WIRE_HEADER_SIZE + size);
     return PL_WIRE_HEADER_SIZE + size;
+}
+
+size_t pl_wire_encode_probe(uint8_t *out, uint32_t seq, uint32_t echo, uint32_t padding) {
+    uint8_t *body = out + PL_WIRE_HEADER_SIZE;
+    pl_put32(body, seq);
+    pl_put32(body + 4, echo);
+    memset(out + PL_WIRE_PROBE_FIXED, 0, padding);
+    pl_write_header(out, PL_FRAME_PROBE, 0, PL_WIRE_PROBE_FIXED + (size_t)padding);
+    return PL_WIRE_PROBE_FIXED + (size_t)padding;
+}
+
+size_t pl_wire_encode_status(uint8_t *out, const pl_wire_status_t *status) {
+    uint8_t *body = out + PL_WIRE_HEADER_SIZE;
+    pl_put32(body, status->seq);
+    pl_put32(body + 4, (uint32_t)status->pid);
+    pl_put32(body + 8, status->uid);
+    pl_put32(body + 12, status->gid);
+    pl_put32(body + 16, status->queue_depth);
+    pl_put32(body + 20, status->queue_limit);
+    pl_put32(body + 24, status->max_size);
+    pl_put32(body + 28, status->connections);
+    pl_put32(body + 32, (uint32_t)status->received);
+    pl_put32(body + 36, (uint32_t)(status->received >> 32));
+    memset(out + PL_WIRE_STATUS_FIXED, 0, status->padding);
+    pl_write_header(out, PL_FRAME_STATUS, 0, PL_WIRE_STATUS_FIXED + (size_t)status->padding);
+    return PL_WIRE_STATUS_FIXED + (size_t)status->padding;
 }
 
 size_t pl_wire_encode_message_head(uint8_t *out, uint8_t flags, const pl_wire_message_t *message,

@@ -5,8 +5,9 @@
  * (type, flags, a reserved zero, the frame's length, which must equal the packet's). The first frame in each
  * direction is HELLO (magic, version; the service's carries the service port's right and its status). After
  * it: MESSAGE (a port message or a fragment of one), and the control frames that keep rights and queue room
- * in step (CREDIT, WANT, RECLAIM, RETURN, RELEASE, DEAD). The whole layout, with the reasons, is in the
- * documentation's "The wire" article.
+ * in step (CREDIT, WANT, RECLAIM, RETURN, RELEASE, DEAD). Version 2 adds PROBE and STATUS: a client asks the
+ * service's transport how the service is doing (or just for an echo, timing the round trip). The whole layout,
+ * with the reasons, is in the documentation's "The wire" article.
  *
  * Rights are named by handles: small numbers that the port's owner gave out on this connection, valid on it
  * only. Descriptors travel as SCM_RIGHTS beside the packet and are named by their index there.
@@ -23,7 +24,8 @@
 #include <stdint.h>
 
 #define PL_WIRE_MAGIC 0x50494c50u      /* the bytes "PLIP" */
-#define PL_WIRE_VERSION 1u
+#define PL_WIRE_VERSION 2u           /* what this side says in its HELLO */
+#define PL_WIRE_VERSION_MIN 1u       /* the oldest a peer may say: version 1 has everything but PROBE / STATUS */
 #define PL_WIRE_MAX_FRAME 65536u       /* largest frame either side sends or accepts, header included */
 #define PL_WIRE_MAX_ATTACHMENTS 64u    /* rights and descriptors per message, the reply right not counted */
 #define PL_WIRE_HANDLE_NONE 0xffffffffu /* never a handle, nor is 0: handles are 1 … 2^32 - 2 */
@@ -31,6 +33,9 @@
 #define PL_WIRE_HELLO_SIZE (PL_WIRE_HEADER_SIZE + 28u)
 #define PL_WIRE_RIGHT_SIZE 16u
 #define PL_WIRE_MESSAGE_FIXED (PL_WIRE_HEADER_SIZE + 28u)
+#define PL_WIRE_PROBE_FIXED (PL_WIRE_HEADER_SIZE + 8u)
+#define PL_WIRE_STATUS_FIXED (PL_WIRE_HEADER_SIZE + 40u)
+#define PL_WIRE_ECHO_MAX (PL_WIRE_MAX_FRAME - PL_WIRE_STATUS_FIXED) /* padding a PROBE may ask to get back */
 
 typedef enum pl_frame_type {
     PL_FRAME_HELLO = 1,    /* version and limits; from a service, also its port's right or why it refuses */
@@ -41,6 +46,8 @@ typedef enum pl_frame_type {
     PL_FRAME_RETURN = 6,   /* holder → owner: `count` credits for `handle` given back */
     PL_FRAME_RELEASE = 7,  /* holder → owner: I dropped `handle` after receiving it `transfers` times */
     PL_FRAME_DEAD = 8,     /* owner → holder: the port of `handle` was destroyed */
+    PL_FRAME_PROBE = 9,    /* client → service (version 2): how is the service? answer `seq`, echo `echo` bytes */
+    PL_FRAME_STATUS = 10,  /* service → client (version 2): the answer to PROBE `seq` */
 } pl_frame_type_t;
 
 /* MESSAGE flags */
@@ -91,11 +98,31 @@ typedef struct pl_wire_message {
     uint32_t byte_count;
 } pl_wire_message_t;
 
+/* PROBE: `padding` zero bytes follow (a ping's size); STATUS: `echo` zero bytes, as the PROBE asked. */
+typedef struct pl_wire_probe {
+    uint32_t seq;          /* the client's number for the question, returned in the answer */
+    uint32_t echo;         /* PROBE: bytes of padding the answer carries (at most PL_WIRE_ECHO_MAX) */
+    uint32_t padding;      /* zero bytes this frame carried */
+} pl_wire_probe_t;
+
+typedef struct pl_wire_status {
+    uint32_t seq;
+    int32_t pid;           /* the service's process, as it sees itself */
+    uint32_t uid, gid;     /* its effective ids */
+    uint32_t queue_depth;  /* messages waiting in the service port's queue */
+    uint32_t queue_limit, max_size; /* the service port's limits */
+    uint32_t connections;  /* clients connected to the service */
+    uint64_t received;     /* messages the service port has taken since its check-in, from anyone */
+    uint32_t padding;      /* zero bytes this frame carried */
+} pl_wire_status_t;
+
 typedef struct pl_wire_frame {
     uint8_t type, flags;
     union {
         pl_wire_hello_t hello;
         pl_wire_message_t message;
+        pl_wire_probe_t probe;
+        pl_wire_status_t status;
         struct { uint32_t handle, count, flags, transfers; } control; /* CREDIT, WANT, RECLAIM, RETURN, RELEASE, DEAD */
     } u;
 } pl_wire_frame_t;
@@ -113,9 +140,13 @@ pl_wire_right_t pl_wire_right_at(const pl_wire_message_t *message, uint32_t i);
 
 /* ---- encoding: each writes a whole frame into `out` (sized by the caller) and returns its length ---- */
 
-size_t pl_wire_encode_hello(uint8_t *out, uint32_t status, pl_wire_right_t bootstrap);
+size_t pl_wire_encode_hello(uint8_t *out, uint32_t version, uint32_t status, pl_wire_right_t bootstrap);
 size_t pl_wire_encode_control(uint8_t *out, pl_frame_type_t type, uint32_t handle, uint32_t count_or_flags,
                               uint32_t transfers);
+
+/* PROBE and STATUS with their zero padding (`padding` bytes after the fixed part; out must have the room). */
+size_t pl_wire_encode_probe(uint8_t *out, uint32_t seq, uint32_t echo, uint32_t padding);
+size_t pl_wire_encode_status(uint8_t *out, const pl_wire_status_t *status);
 
 /* The message header and its rights; the caller appends `byte_count` payload bytes at the returned length.
  * `attachments` may be NULL when attachment_count is 0. */

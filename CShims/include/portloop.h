@@ -507,6 +507,30 @@ pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port
  */
 pl_status_t pl_service_look_up(const char *directory, const char *name, int64_t timeout_ns, pl_port_t **out_right);
 
+/** What a service's transport says about it when asked (pl_service_status). */
+typedef struct pl_service_status {
+    int32_t pid;                  /**< the service's process, as it sees itself */
+    uint32_t uid, gid;            /**< its effective user and group */
+    uint32_t queue_depth;         /**< messages waiting in the service port's queue */
+    uint32_t queue_limit;         /**< the service port's queue limit */
+    uint32_t max_message_size;    /**< the service port's largest payload */
+    uint32_t connections;         /**< processes connected to the service, the asker included */
+    uint64_t messages_received;   /**< messages sent to the service port since it was made, from anyone */
+} pl_service_status_t;
+
+/** Most bytes a status query may ask the service to echo (a frame's room less the answer's fixed part). */
+#define PL_SERVICE_ECHO_MAX 65488u
+
+/**
+ * Asks the process behind `right` (a send right from pl_service_look_up) how its service is doing, and waits up
+ * to timeout_ns for the answer. The service's side of the connection answers by itself: the application takes no
+ * part and its loop may be busy. The question carries `echo` zero bytes and the answer as many (at most
+ * PL_SERVICE_ECHO_MAX), for timing round trips of a size. PL_ERR_INVALID_ARG for a right that is not a looked-up
+ * service port, or a service that speaks wire version 1 (which has no status query); PL_ERR_INVALID_DEST when the
+ * service is gone (before or while asking); PL_ERR_TIMED_OUT; PL_ERR_NO_MEMORY.
+ */
+pl_status_t pl_service_status(pl_port_t *right, uint32_t echo, int64_t timeout_ns, pl_service_status_t *out);
+
 /** The unique id of a live process (the inode of a pidfd for it, as pl_sender_t's process_id), or 0 when the
  *  process is gone or the kernel has no pidfs. */
 uint64_t pl_process_unique_id(int32_t pid);

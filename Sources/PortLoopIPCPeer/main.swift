@@ -2,7 +2,7 @@
 // DIR "-" stands for PortNamespace.standard. It prints `ready <pid>` once it can be reached (or has its right), then one line per result, and exits 0 on
 // success or 1 with `fail <why>`. Roles:
 //
-//   serve DIR NAME [QLIMIT [MAXSIZE]] [--paused] [--activated]
+//   serve DIR NAME [QLIMIT [MAXSIZE]] [--paused] [--activated] [--refuse]
 //       checks NAME in and serves it on the main run loop. Message ids: 1 echo (reply: the payload);
 //       2 call back (the first attachment is a send right: a message id 3 with the payload goes to it, then the
 //       echo); 4 read a descriptor (the first attachment: reply with the bytes read from it); 5 who am I (reply:
@@ -10,7 +10,8 @@
 //       and the payload "pid thread seq" is checked for per-sender order; mismatches make id 9 fail);
 //       9 report (reply: "received N" or "order broken ..."); 10 stop (the loop stops and the process exits 0).
 //       --paused: the loop starts only when a line arrives on stdin. --activated: LISTEN_PID is this process
-//       (a test's stand-in for systemd, which sets it after fork).
+//       (a test's stand-in for systemd, which sets it after fork). --refuse: a policy that admits nobody (not even
+//       this user or root), so every look-up is refused.
 //   client DIR NAME THREADS COUNT
 //       looks NAME up; THREADS threads each send COUNT messages id 8 with payload "pid thread seq", waiting
 //       forever for room; prints `sent N` when all are sent.
@@ -159,7 +160,10 @@ case "serve":
     let queueLimit = arguments.count > 3 ? Int(arguments[3]) ?? 64 : 64
     let maxSize = arguments.count > 4 ? Int(arguments[4]) ?? 65536 : 65536
     let port: PortReceiveRight
-    do { port = try namespace.checkIn(name, queueLimit: queueLimit, maxMessageSize: maxSize) } catch { fail("checkIn: \(error)") }
+    let policy = flags.contains("--refuse") ? PeerPolicy(allowsSameUser: false, allowsRoot: false) : .sameUser
+    do { port = try namespace.checkIn(name, queueLimit: queueLimit, maxMessageSize: maxSize, policy: policy) } catch {
+        fail("checkIn: \(error)")
+    }
     nonisolated(unsafe) var lastSeq: [String: Int] = [:]
     nonisolated(unsafe) var received = 0
     nonisolated(unsafe) var broken: String?

@@ -5,7 +5,7 @@ changing the wire."""
 import os
 import struct
 
-HELLO, MESSAGE, CREDIT, WANT, RECLAIM, RETURN, RELEASE, DEAD = 1, 2, 3, 4, 5, 6, 7, 8
+HELLO, MESSAGE, CREDIT, WANT, RECLAIM, RETURN, RELEASE, DEAD, PROBE, STATUS = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 NONE, SENDERS, YOURS, FD = 0, 1, 2, 3
 
 
@@ -17,8 +17,19 @@ def right(kind=NONE, handle=0, credits=0, max_size=0):
     return struct.pack("<BBHIII", kind, 0, 0, handle, credits, max_size)
 
 
-def hello(status=0, bootstrap=right()):
-    return frame(HELLO, 0, struct.pack("<IHHI", 0x50494C50, 1, status, 65536) + bootstrap)
+def hello(status=0, bootstrap=right(), version=2):
+    return frame(HELLO, 0, struct.pack("<IHHI", 0x50494C50, version, status, 65536) + bootstrap)
+
+
+def probe(seq, echo, padding=None):
+    padding = echo if padding is None else padding
+    return frame(PROBE, 0, struct.pack("<II", seq, echo) + bytes(padding))
+
+
+def status(seq, pid=1234, uid=1000, gid=1000, depth=2, limit=64, max_size=65536, connections=3, received=99,
+           padding=0):
+    return frame(STATUS, 0, struct.pack("<IiIIIIIIQ", seq, pid, uid, gid, depth, limit, max_size, connections,
+                                        received) + bytes(padding))
 
 
 def message(dest, ident, payload, total=None, offset=0, reply=right(), attachments=(), fds=0, more=False,
@@ -73,6 +84,22 @@ seeds = {
         (0, message(1, 13, b"to the client's own port")),
     ]),
     "client-refused": conversation(False, [(0, hello(1))]),
+    "service-version-1-messages": conversation(True, [
+        (0, hello(version=1)),
+        (0, message(1, 7, b"from an earlier release")),
+    ]),
+    "service-probes": conversation(True, [
+        (0, hello()),
+        (0, probe(1, 0)),
+        (0, probe(2, 56)),
+        (0, message(1, 14, b"between probes")),
+        (0, probe(3, 1000, padding=0)),
+    ]),
+    "client-status": conversation(False, [
+        (0, hello(0, right(SENDERS, 1, 2, 1024))),
+        (0, status(1)),
+        (0, status(7, padding=16)),
+    ]),
 }
 
 directory = os.path.join(os.path.dirname(os.path.abspath(__file__)), "wire-corpus")

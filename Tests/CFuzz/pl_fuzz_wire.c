@@ -12,6 +12,9 @@
  * service's connection is after its hello; the other end is drained and dropped. Each packet goes through
  * pl_conn_receive_frame, as the transport thread hands it over, with fd_count fresh descriptors beside it;
  * the first packet refused ends the input, as a disconnection would. Between packets the port is drained.
+ * A service's connection belongs to a service of that port which welcomed the peer, so that PROBE is answered
+ * (when the peer's hello said version 2); a client's connection has a status query waiting for STATUS 1
+ * (no echo), so that an answer meets a waiter as well as none.
  *
  * Checked: no crash, no undefined behaviour, no leak (LeakSanitizer: every proxy, export, message, descriptor
  * and buffer of the connection is gone after its teardown), every descriptor handed over closed or owned, and
@@ -37,7 +40,7 @@ static void check_round_trip(const uint8_t *packet, size_t length, const pl_wire
     size_t n = 0;
     switch (frame->type) {
     case PL_FRAME_HELLO:
-        n = pl_wire_encode_hello(again, frame->u.hello.status, frame->u.hello.bootstrap);
+        n = pl_wire_encode_hello(again, frame->u.hello.version, frame->u.hello.status, frame->u.hello.bootstrap);
         break;
     case PL_FRAME_MESSAGE: {
         const pl_wire_message_t *m = &frame->u.message;
@@ -48,6 +51,12 @@ static void check_round_trip(const uint8_t *packet, size_t length, const pl_wire
         n += m->byte_count;
         break;
     }
+    case PL_FRAME_PROBE:
+        n = pl_wire_encode_probe(again, frame->u.probe.seq, frame->u.probe.echo, frame->u.probe.padding);
+        break;
+    case PL_FRAME_STATUS:
+        n = pl_wire_encode_status(again, &frame->u.status);
+        break;
     case PL_FRAME_WANT:
         n = pl_wire_encode_control(again, PL_FRAME_WANT, frame->u.control.handle, frame->u.control.flags, 0);
         break;
@@ -100,6 +109,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pl_wire_right_t right;
     bool dead;
     if (pl_conn_export_locked(conn, port, &right, &dead) != PL_OK || right.handle != 1) fail("export");
+    /* What pl_service_accepted and pl_service_status would have set up (see the top). */
+    pl_service_t service = { .listen_fd = -1, .lock_fd = -1, .port = port };
+    atomic_init(&service.refs, 1);
+    atomic_init(&service.connections, 1);
+    pl_probe_wait_t waiting = { .seq = 1 };
+    if (accepted) {
+        conn->service = &service;
+        conn->welcomed = true;
+    } else {
+        conn->probes = &waiting;
+    }
     pthread_mutex_unlock(&conn->lock);
 
     size_t at = 1;
@@ -130,6 +150,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     pl_conn_teardown(conn, "end of input");
+    conn->service = NULL;
+    conn->probes = NULL;
     drain_port(port);
     pl_port_destroy(port);
     drain_socket(pair[1]);

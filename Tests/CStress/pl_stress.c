@@ -31,6 +31,9 @@
  *                            receives and membership changes race: exactly-once, reply rights kept
  *   descriptors              three descriptors per set; descriptor exhaustion gives PL_ERR_SYSTEM naming
  *                            each system call in turn, leaks nothing, and recovers
+ *   status_queries           four threads ask a service in a child process for its status over one
+ *                            connection, with echoes of every size, until the child is killed: each gets
+ *                            answers from the child's pid, then invalid-destination, none waits longer
  *
  * Payloads are small (inline, <= 48 bytes) and large (heap) and carry a pattern derived from the message
  * id, checked on receipt.
@@ -1261,13 +1264,13 @@ static void fork_child_body(void) {
     rmdir(dir);
 }
 
-/* In a process of its own: the transport thread it starts lives as long as its process, which under valgrind
- * would otherwise be this whole program. */
-static void scenario_fork_child(void) {
+/* Runs a scenario that starts a transport in a process of its own: the transport thread lives as long as its
+ * process, which under valgrind would otherwise be this whole program. */
+static void run_in_own_process(void (*body)(void)) {
     pid_t scenario = fork();
     CHECK(scenario >= 0);
     if (scenario == 0) {
-        fork_child_body();
+        body();
         _exit(atomic_load(&scenario_failures) > 0 ? 4 : 0);
     }
     int status = 0;
@@ -1395,6 +1398,78 @@ static void scenario_notifications(void) {
     CHECK_OK(pl_port_destroy(port)); /* the notice still queued goes with it */
 }
 
+static void scenario_fork_child(void) { run_in_own_process(fork_child_body); }
+
+/* Asks for the service's status until it fails; the last status and how many answers came back. */
+typedef struct status_asker {
+    pl_port_t *service;
+    int32_t pid;
+    int answers;
+    pl_status_t last;
+    uint64_t seed;
+} status_asker_t;
+
+static void *status_asker_body(void *arg) {
+    status_asker_t *a = arg;
+    for (;;) {
+        pl_service_status_t status;
+        uint32_t echo = rnd(&a->seed) % (PL_SERVICE_ECHO_MAX + 1);
+        a->last = pl_service_status(a->service, echo, 5000 * MS, &status);
+        if (a->last != PL_OK) return NULL;
+        CHECK(status.pid == a->pid && status.queue_limit == 8);
+        a->answers++;
+    }
+}
+
+static void status_queries_body(void) {
+    char dir[] = "/tmp/pl-stress-status-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    int ready[2];
+    CHECK(pipe(ready) == 0);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        pl_port_t *port;
+        if (pl_port_create(8, 64, &port) != PL_OK || pl_service_check_in(dir, "svc", port, NULL) != PL_OK) _exit(2);
+        char byte = 1;
+        if (write(ready[1], &byte, 1) != 1) _exit(3);
+        for (;;) pause(); /* the parent kills it */
+    }
+    char byte;
+    CHECK(read(ready[0], &byte, 1) == 1);
+    close(ready[0]);
+    close(ready[1]);
+    pl_port_t *service = NULL;
+    CHECK_OK(pl_service_look_up(dir, "svc", 5000 * MS, &service));
+    status_asker_t askers[4];
+    pthread_t threads[4];
+    for (int i = 0; i < 4; i++) {
+        askers[i] = (status_asker_t){ .service = service, .pid = child, .seed = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1) };
+        start_thread(&threads[i], status_asker_body, &askers[i]);
+    }
+    sleep_us(200000);
+    int64_t killed_at = now_ns();
+    kill(child, SIGKILL);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(threads[i], NULL);
+        CHECK(askers[i].answers > 0);
+        CHECK_STATUS(askers[i].last, PL_ERR_INVALID_DEST);
+    }
+    CHECK(now_ns() - killed_at < 4000 * MS); /* woken by the end of the connection, not by their timeouts */
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    CHECK_OK(pl_port_release_send(service));
+    char path[96];
+    snprintf(path, sizeof path, "%s/.svc.lock", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/svc", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+static void scenario_status_queries(void) { run_in_own_process(status_queries_body); }
+
 int main(int argc, char **argv) {
     bool verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     setvbuf(stdout, NULL, _IOLBF, 0); /* the summary must survive LeakSanitizer's exit */
@@ -1417,6 +1492,7 @@ int main(int argc, char **argv) {
         { "handle_wrap", scenario_handle_wrap },
         { "notifications", scenario_notifications },
         { "fork_child", scenario_fork_child },
+        { "status_queries", scenario_status_queries },
     };
     int passed = 0, failed = 0;
     int64_t start = now_ns();

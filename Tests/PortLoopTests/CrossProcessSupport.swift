@@ -38,21 +38,7 @@ final class Peer: @unchecked Sendable {
             process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
         }
         try process.run()
-        let handle = output.fileHandleForReading
-        let lines = self.lines
-        reader = TestThread {
-            var pending = Data()
-            while true {
-                let chunk = handle.availableData
-                if chunk.isEmpty { break }
-                pending.append(chunk)
-                while let newline = pending.firstIndex(of: 10) {
-                    let line = String(decoding: pending[pending.startIndex..<newline], as: UTF8.self)
-                    lines.withLock { $0.append(line) }
-                    pending.removeSubrange(pending.startIndex...newline)
-                }
-            }
-        }
+        reader = lineReader(output.fileHandleForReading, into: lines)
     }
 
     var pid: Int32 { process.processIdentifier }
@@ -94,6 +80,23 @@ final class Peer: @unchecked Sendable {
     }
 
     deinit { kill() }
+}
+
+/// A thread that reads `handle` to its end, appending each line to `lines` as it comes.
+func lineReader(_ handle: FileHandle, into lines: Locked<[String]>) -> TestThread {
+    TestThread {
+        var pending = Data()
+        while true {
+            let chunk = handle.availableData
+            if chunk.isEmpty { break }
+            pending.append(chunk)
+            while let newline = pending.firstIndex(of: 10) {
+                let line = String(decoding: pending[pending.startIndex..<newline], as: UTF8.self)
+                lines.withLock { $0.append(line) }
+                pending.removeSubrange(pending.startIndex...newline)
+            }
+        }
+    }
 }
 
 /// Runs a helper to completion and returns its output lines.

@@ -17,7 +17,7 @@ let portLoopPublicTypes: [Any.Type] = [
     RunLoopPortSource.self, RunLoopScopeHooks<Int>.self, RunLoopSerialExecutor.self, RunLoopSource.self,
     RunLoopStallMonitor.self, RunLoopStallMonitor.Report.self, RunLoopThread.self, RunLoopThreadError<Never>.self,
     RunLoopTimer.self, StallMonitorError.self, RunLoopSignalSource.self, MainRunLoopExecutor.self,
-    PortLoopExecutorFactory.self, PeerPolicy.self, PortNamespace.self, MessageAttachment.self,
+    PortLoopExecutorFactory.self, PeerPolicy.self, PortNamespace.self, MessageAttachment.self, ServiceStatus.self,
     MessageDescriptor.self, CrossProcessStatistics.self, SenderIdentity.self, PortNotification.self,
     PortNotificationRequest.self, RunLoopNotificationWatch.self,
 ]
