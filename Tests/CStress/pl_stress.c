@@ -1237,10 +1237,18 @@ static void fork_child_body(void) {
     CHECK(child >= 0);
     if (child == 0) {
         pl_port_t *service = NULL;
-        if (pl_service_look_up(dir, "svc", 5000 * MS, &service) != PL_OK) _exit(2);
+        pl_status_t status = pl_service_look_up(dir, "svc", 5000 * MS, &service);
+        if (status != PL_OK) {
+            fprintf(stderr, "fork_child: the child's look-up failed: %s\n", pl_status_describe(status));
+            _exit(2);
+        }
         char byte = 7;
         for (int i = 0; i < 200; i++) {
-            if (pl_port_send(service, i, &byte, 1, NULL, PL_TIMEOUT_FOREVER) != PL_OK) _exit(3);
+            status = pl_port_send(service, i, &byte, 1, NULL, PL_TIMEOUT_FOREVER);
+            if (status != PL_OK) {
+                fprintf(stderr, "fork_child: the child's send %d failed: %s\n", i, pl_status_describe(status));
+                _exit(3);
+            }
         }
         _exit(0);
     }
