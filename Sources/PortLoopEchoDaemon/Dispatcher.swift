@@ -158,8 +158,9 @@ final class Dispatcher: @unchecked Sendable {
         guard phase == .serving, let service else { return false }
         stopReason = reason
         let queued = service.queuedMessageCount
+        let atWorkers = workers.reduce(0) { $0 + $1.source.queuedMessageCount }
         say("stopping (\(reason)): finishing \(queued) request\(queued == 1 ? "" : "s") queued at the service port"
-            + " and those in the workers' queues; refusing new ones")
+            + " and \(atWorkers) in the workers' queues; refusing new ones")
         if queued > 0 { phase = .draining(queued: queued) } else { sendFences() }
         return true
     }

@@ -48,11 +48,9 @@ struct EchoClient {
                 reply = try endpoint.request(id: id, bytes: payload, timeout: Self.requestTimeout)
             } catch .invalidDestination, .noReply {
                 tally.gone += 1
-                tally.noteUnanswered(sentAt: sentAt)
                 return tally
             } catch {
                 tally.failed += 1
-                tally.noteUnanswered(sentAt: sentAt)
                 report("client \(number): request \(sequence) failed: \(error)")
                 return tally
             }
@@ -108,17 +106,10 @@ struct ClientTally: Sendable {
     var failed = 0
     /// Refused clients whose next send failed with ``PortError/invalidDestination``, as it must.
     var deadNames = 0
-    /// The earliest `MonotonicClock` time at which a request was sent that got no answer (neither an echo nor a
-    /// refusal); nil when every request was answered.
-    var firstUnansweredSentAt: UInt64?
     /// Right replies by answering worker (w1 first).
     var byWorker = Array(repeating: 0, count: Options.workerRange.upperBound)
     /// Round-trip times of the right replies.
     var latency = LatencyHistogram()
-
-    mutating func noteUnanswered(sentAt: UInt64) {
-        firstUnansweredSentAt = min(firstUnansweredSentAt ?? sentAt, sentAt)
-    }
 
     mutating func add(_ other: ClientTally) {
         answered += other.answered
@@ -127,14 +118,13 @@ struct ClientTally: Sendable {
         gone += other.gone
         failed += other.failed
         deadNames += other.deadNames
-        if let at = other.firstUnansweredSentAt { noteUnanswered(sentAt: at) }
         for index in byWorker.indices { byWorker[index] += other.byWorker[index] }
         latency.add(other.latency)
     }
 }
 
-/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the host, so a client's send times compare
-/// with the moment a signal was sent from elsewhere.
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the host, so that the client processes'
+/// start and end times and the load's deadline compare.
 enum MonotonicClock {
     static var now: UInt64 {
         var time = timespec()

@@ -24,7 +24,9 @@ enum EchoDaemon {
         do throws(PortError) { try RunLoopSignalSource.block(ShutdownSignals.numbers) } catch { throw .port(error) }
 
         let loop = PortRunLoop.current // the main thread's loop: PortRunLoop.main
-        let workers = try (1...options.workers).map { number throws(DaemonError) in try EchoWorker(number: number) }
+        let workers = try (1...options.workers).map { number throws(DaemonError) in
+            try EchoWorker(number: number, delay: options.delay)
+        }
         let dispatcher = Dispatcher(loop: loop, workers: workers)
         let namespace: PortNamespace
         do throws(PortError) {

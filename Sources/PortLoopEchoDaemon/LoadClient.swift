@@ -92,7 +92,7 @@ struct LoadClientCommand: ParsableCommand {
 }
 
 /// The one line a client process prints for its parent: `report process=1 threads=4 started=… ended=…
-/// answered=… wrong=… refused=… gone=… failed=… dead-names=… unanswered-since=… latency=…`.
+/// answered=… wrong=… refused=… gone=… failed=… dead-names=… latency=…`.
 struct LoadReport: Sendable {
     var process: Int
     var threads: Int
@@ -104,7 +104,7 @@ struct LoadReport: Sendable {
     var encoded: String {
         "report process=\(process) threads=\(threads) started=\(started) ended=\(ended) answered=\(tally.answered) "
             + "wrong=\(tally.wrong) refused=\(tally.refused) gone=\(tally.gone) failed=\(tally.failed) "
-            + "dead-names=\(tally.deadNames) unanswered-since=\(tally.firstUnansweredSentAt.map(String.init) ?? "-") "
+            + "dead-names=\(tally.deadNames) "
             + "latency=\(tally.latency.encoded)"
     }
 
@@ -130,7 +130,7 @@ struct LoadReport: Sendable {
               let started = fields["started"].flatMap({ UInt64($0) }), let ended = fields["ended"].flatMap({ UInt64($0) }),
               let answered = int("answered"), let wrong = int("wrong"), let refused = int("refused"),
               let gone = int("gone"), let failed = int("failed"), let deadNames = int("dead-names"),
-              let unanswered = fields["unanswered-since"], let latencyText = fields["latency"],
+              let latencyText = fields["latency"],
               let latency = LatencyHistogram(encoded: latencyText) else { return nil }
         var tally = ClientTally()
         tally.answered = answered
@@ -139,7 +139,6 @@ struct LoadReport: Sendable {
         tally.gone = gone
         tally.failed = failed
         tally.deadNames = deadNames
-        tally.firstUnansweredSentAt = unanswered == "-" ? nil : UInt64(unanswered)
         tally.latency = latency
         self.init(process: process, threads: threads, started: started, ended: ended, tally: tally)
     }

@@ -163,9 +163,6 @@ struct LoadRun {
                 + "\(sum.gone) found it gone; \(sum.deadNames) refused client\(sum.deadNames == 1 ? "" : "s") "
                 + "then saw a dead name")
         }
-        if let at = sum.firstUnansweredSentAt {
-            say("load: the earliest request that got no answer was sent at monotonic \(at) ns")
-        }
         for problem in crashed { complain("portloop-echod load: \(problem)") }
 
         if sum.wrong > 0 || sum.failed > 0 {

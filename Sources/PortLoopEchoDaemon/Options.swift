@@ -22,12 +22,15 @@ struct Options: Sendable, Equatable {
     var clients: Int?
     /// Seconds to run before stopping as if signalled (`--duration`).
     var duration: Double?
+    /// Seconds a worker spends on each request before it answers (`--delay`): simulated work.
+    var delay = 0.0
 
     static let workerRange = 1...64
     static let clientRange = 0...256
     static let intervalRange = 0.05...3600.0
     static let selfTestRange = 1...1_000_000_000
     static let durationRange = 0.001...31_536_000.0
+    static let delayRange = 0.0...10.0
 
     /// How many client threads to start.
     var clientCount: Int { clients ?? (selfTestRequests != nil ? 4 : 0) }
@@ -127,6 +130,12 @@ struct ServeCommand: ParsableCommand {
     @Option(help: ArgumentHelp("Stop after this many seconds, as if signalled.", valueName: "seconds"))
     var duration: Double?
 
+    @Option(help: ArgumentHelp("""
+        Seconds each worker spends on a request before it answers, \(Int(Options.delayRange.lowerBound))…\(Int(Options.delayRange.upperBound)) \
+        (simulated work: requests queue up, and a stop has something to drain).
+        """, valueName: "seconds"))
+    var delay = 0.0
+
     func validate() throws {
         func check<T: Comparable>(_ value: T?, _ range: ClosedRange<T>, _ flag: String) throws {
             if let value, !range.contains(value) {
@@ -140,6 +149,8 @@ struct ServeCommand: ParsableCommand {
         try check(interval, Options.intervalRange, "--interval")
         if let duration, !duration.isFinite { throw ValidationError("--duration \(duration): expected seconds") }
         try check(duration, Options.durationRange, "--duration")
+        guard delay.isFinite else { throw ValidationError("--delay \(delay): expected seconds") }
+        try check(delay, Options.delayRange, "--delay")
         if selfTest != nil && clients == 0 {
             throw ValidationError("--clients 0: at least 1 with --self-test")
         }
@@ -147,7 +158,8 @@ struct ServeCommand: ParsableCommand {
 
     func run() throws {
         let options = Options(name: address.name, namespacePath: address.namespace, workers: workers,
-                              interval: interval, selfTestRequests: selfTest, clients: clients, duration: duration)
+                              interval: interval, selfTestRequests: selfTest, clients: clients, duration: duration,
+                              delay: delay)
         let status = EchoDaemon.run(options)
         if status != 0 { throw ExitCode(status) }
     }
