@@ -48,19 +48,25 @@ static void pl_export_owe(pl_export_t *e, uint32_t count) {
     pthread_mutex_unlock(&conn->owed_lock);
 }
 
-/* Gives free room to peers waiting for credit, first come first served (port lock held). */
+/* Gives free room to peers waiting for credit, first come first served (port lock held): by their place in
+ * line, not by their place in the port's list, or the newest connections would take every room that frees and
+ * an old one could wait for seconds. */
 static void pl_give_room_to_waiters_locked(pl_port_t *port) {
-    for (pl_export_t *e = port->exports; e != NULL && port->want_waiters > 0; e = e->next_of_port) {
-        if (!e->waiting) continue;
+    while (port->want_waiters > 0) {
         uint32_t room = pl_free_room_locked(port);
         if (room == 0) return;
+        pl_export_t *first = NULL;
+        for (pl_export_t *e = port->exports; e != NULL; e = e->next_of_port) {
+            if (e->waiting && (first == NULL || e->waiting_turn < first->waiting_turn)) first = e;
+        }
+        if (first == NULL) return;
         uint32_t grant = room < pl_window(port) ? room : pl_window(port);
-        e->waiting = false;
+        first->waiting = false;
         port->want_waiters--;
-        e->lent += grant;
+        first->lent += grant;
         port->reserved += grant;
-        pl_export_owe(e, grant);
-        pl_transport_flush_owed(e->conn);
+        pl_export_owe(first, grant);
+        pl_transport_flush_owed(first->conn);
     }
 }
 
@@ -230,15 +236,21 @@ bool pl_credit_want(pl_conn_t *conn, uint32_t handle, uint32_t flags, const char
         grant += more;
     }
     bool waits = (flags & PL_WANT_WAIT) != 0;
+    bool reclaim = false;
     if (grant == 0 && waits && !e->waiting && !port->dead) {
         e->waiting = true;
         port->want_waiters++;
+        e->waiting_turn = port->want_turns++;
+        /* The room may all be lent to peers that do not use it (a client that looked the port up and sits
+         * idle): ask for it back, as a local sender that waits does, or this peer would wait for ever. */
+        reclaim = port->reserved > 0;
     } else if (grant > 0 && e->waiting) {
         e->waiting = false;
         port->want_waiters--;
     }
     pthread_mutex_unlock(&port->lock);
     if (grant > 0 || !waits) pl_conn_write_control(conn, PL_FRAME_CREDIT, handle, grant, 0);
+    if (reclaim) pl_remote_reclaim(port);
     return true;
 }
 
@@ -325,11 +337,13 @@ static uint32_t pl_collect_locked(pl_port_t *port, pl_notice_t **out, bool (*pic
 }
 
 static bool pl_pick_for_reclaim(pl_export_t *e) {
-    /* Owed credit the peer never heard of comes back at once; what it holds it is asked for. */
+    /* Owed credit the peer never heard of comes back at once; what it holds it is asked for. The owed credit may
+     * have been the answer to a WANT of the peer's (room given to a waiter): the RECLAIM then stands for that
+     * answer, and the peer asks again, so it is sent even while an earlier one is unanswered. */
     uint32_t owed = atomic_exchange_explicit(&e->owed, 0, memory_order_acq_rel);
     e->lent -= owed;
     e->port->reserved -= owed;
-    if (e->lent == 0 || e->reclaiming) return false;
+    if (owed == 0 && (e->lent == 0 || e->reclaiming)) return false;
     e->reclaiming = true;
     return true;
 }
