@@ -67,7 +67,7 @@ struct EchoDaemonAcrossProcessesTests {
         // The requests in flight: queued at the service port and in the worker's queue when the signal came.
         let stopping = daemon.line(startingWith: "stopping (SIGTERM): finishing ") ?? ""
         let inFlight = (number(before: "request", in: stopping) ?? 0) + (number(before: "in the workers'", in: stopping) ?? 0)
-        #expect(inFlight >= 10, "requests were queued at the daemon when the signal came: \(stopping)")
+        #expect(inFlight >= 5, "requests were queued at the daemon when the signal came: \(stopping)")
         #expect(daemon.stdout.contains("withdrew \(Self.name): clients' rights are dead names now"), "\(daemon.stdout)")
         // The daemon exits 0 only if every request it accepted was answered; none was lost.
         let summary = daemon.line(startingWith: "summary: stopped (SIGTERM)") ?? ""

@@ -40,7 +40,7 @@ struct EchoDaemonTests {
         // Under load: the first throughput line has been printed.
         #expect(daemon.waitForOutput("req/s", seconds: 30), "\(daemon.transcript)")
         let signalled = nowNanoseconds()
-        kill(daemon.process.processIdentifier, signal)
+        kill(daemon.pid, signal)
         let status = daemon.waitForExit(seconds: 20)
         let seconds = Double(nowNanoseconds() - signalled) / 1e9
         #expect(status == 0, "\(daemon.transcript)")
