@@ -26,6 +26,13 @@ static inline uint32_t pl_free_room_locked(const pl_port_t *port) {
     return port->dead || used >= port->qlimit ? 0 : port->qlimit - used;
 }
 
+/* What one grant may lend: a window at most, and half the free room at most (rounded up), so that the next peer
+ * to come finds room too; otherwise two peers' windows took a whole queue that held a handful of messages. */
+static inline uint32_t pl_lendable_locked(const pl_port_t *port, uint32_t room) {
+    uint32_t half = room - room / 2;
+    return half < pl_window(port) ? half : pl_window(port);
+}
+
 /* The live export of `port` on `conn` (both locks held). One the peer released is skipped even while it is still
  * in the port's list (it leaves it a moment after the table): its handle must not be named again. */
 static pl_export_t *pl_find_export_locked(pl_port_t *port, pl_conn_t *conn) {
@@ -60,7 +67,7 @@ static void pl_give_room_to_waiters_locked(pl_port_t *port) {
             if (e->waiting && (first == NULL || e->waiting_turn < first->waiting_turn)) first = e;
         }
         if (first == NULL) return;
-        uint32_t grant = room < pl_window(port) ? room : pl_window(port);
+        uint32_t grant = pl_lendable_locked(port, room);
         first->waiting = false;
         port->want_waiters--;
         first->lent += grant;
@@ -115,7 +122,7 @@ pl_status_t pl_conn_export_locked(pl_conn_t *conn, pl_port_t *port, pl_wire_righ
     uint32_t grant = atomic_exchange_explicit(&e->owed, 0, memory_order_acq_rel);
     if (e->lent == grant) {
         uint32_t room = pl_free_room_locked(port);
-        uint32_t more = room < pl_window(port) ? room : pl_window(port);
+        uint32_t more = pl_lendable_locked(port, room);
         e->lent += more;
         port->reserved += more;
         grant += more;
@@ -229,8 +236,8 @@ bool pl_credit_want(pl_conn_t *conn, uint32_t handle, uint32_t flags, const char
     uint32_t grant = atomic_exchange_explicit(&e->owed, 0, memory_order_acq_rel);
     uint32_t window = pl_window(port);
     if (window > e->lent) {
-        uint32_t room = pl_free_room_locked(port);
-        uint32_t more = room < window - e->lent ? room : window - e->lent;
+        uint32_t lendable = pl_lendable_locked(port, pl_free_room_locked(port));
+        uint32_t more = lendable < window - e->lent ? lendable : window - e->lent;
         e->lent += more;
         port->reserved += more;
         grant += more;
