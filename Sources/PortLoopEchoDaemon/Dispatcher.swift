@@ -158,9 +158,10 @@ final class Dispatcher: @unchecked Sendable {
         guard phase == .serving, let service else { return false }
         stopReason = reason
         let queued = service.queuedMessageCount
-        let atWorkers = workers.reduce(0) { $0 + $1.source.queuedMessageCount }
+        // Forwarded and not yet answered: in a worker's port, or in the batch its loop has taken from it.
+        let atWorkers = forwarded - served
         say("stopping (\(reason)): finishing \(queued) request\(queued == 1 ? "" : "s") queued at the service port"
-            + " and \(atWorkers) in the workers' queues; refusing new ones")
+            + " and \(atWorkers) given to workers; refusing new ones")
         if queued > 0 { phase = .draining(queued: queued) } else { sendFences() }
         return true
     }

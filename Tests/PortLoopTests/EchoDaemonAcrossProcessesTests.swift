@@ -51,8 +51,8 @@ struct EchoDaemonAcrossProcessesTests {
     func gracefulStopAcrossProcesses() throws {
         let space = TemporaryNamespace()
         // One worker that spends 20 ms on each request, and 48 client threads: requests wait their turn at the
-        // daemon, so when the signal comes some are queued there (the others are on their way, or waiting in
-        // their clients for queue room, and get refusals).
+        // daemon, so when the signal comes nearly all 48 are there (a few may be on their way: they get
+        // refusals).
         let daemon = try Self.serve(["--workers", "1", "--delay", "0.02"], in: space)
         #expect(Self.waitForCheckIn(daemon), "\(daemon.transcript)")
         // This process is a client too: its right must turn into a dead name.
@@ -64,10 +64,10 @@ struct EchoDaemonAcrossProcessesTests {
 
         kill(daemon.pid, SIGTERM)
         #expect(daemon.waitForExit(seconds: 60) == 0, "\(daemon.transcript)")
-        // The requests in flight: queued at the service port and in the worker's queue when the signal came.
+        // The requests in flight: queued at the service port, or given to the worker, when the signal came.
         let stopping = daemon.line(startingWith: "stopping (SIGTERM): finishing ") ?? ""
-        let inFlight = (number(before: "request", in: stopping) ?? 0) + (number(before: "in the workers'", in: stopping) ?? 0)
-        #expect(inFlight >= 5, "requests were queued at the daemon when the signal came: \(stopping)")
+        let inFlight = (number(before: "request", in: stopping) ?? 0) + (number(before: "given to workers", in: stopping) ?? 0)
+        #expect(inFlight >= 24, "most of the 48 requests were at the daemon when the signal came: \(stopping)")
         #expect(daemon.stdout.contains("withdrew \(Self.name): clients' rights are dead names now"), "\(daemon.stdout)")
         // The daemon exits 0 only if every request it accepted was answered; none was lost.
         let summary = daemon.line(startingWith: "summary: stopped (SIGTERM)") ?? ""
