@@ -2,9 +2,11 @@
 #
 # Targets
 #   deps         install libevent-dev and pkg-config with apt-get when missing (sudo when not root): the
-#                benchmarks' C floors need libevent; the library itself needs nothing but the toolchain
+#                benchmarks' C floors need libevent; the library itself needs nothing but the toolchain. Also
+#                Debian's systemd package when systemd-socket-activate is missing: the example daemon's tests
+#                start it through socket activation (under `make test` they fail, not skip, without it)
 #   build        debug build of the package
-#   test         deps, the whole suite, the documentation's examples (examples), the documentation itself
+#   test         deps, the whole suite (PORTLOOP_REQUIRE_SOCKET_ACTIVATION=1), the documentation's examples (examples), the documentation itself
 #                (docs: about 25 s from a clean .build-docs on 2 cores, so it is part of test), the suite again
 #                under ThreadSanitizer, leakcheck, fuzz-quick, and a release build of the Benchmarks package
 #                (built, not run, so that it cannot rot)
@@ -17,6 +19,8 @@
 #   demo-ipc     input events from an event server process to an app's main run loop (Source1 → Source0, with
 #                main-queue blocks and a timer meanwhile), both processes traced live, ~3 s (release build);
 #                flags through DEMO_IPC_ARGS, e.g. make demo-ipc DEMO_IPC_ARGS="--kill-server-after 1"
+#   echod-test   the example daemon's suites only (EchoDaemon*: in-process clients, client processes,
+#                socket activation with Examples/systemd), with the socket activation tool required
 #   bench        the benchmarks, full runs (release build); bench-quick: fewer iterations
 #   fuzz         the C layer's fuzz harnesses (ports against a model; the wire) for FUZZ_SECONDS (600) each;
 #                fuzz-quick: 30 s and 60 s, in test
@@ -51,26 +55,32 @@ STRESS_CFLAGS   = -std=gnu11 -O1 -g -Wall -Wextra -pthread -ICShims/include -ICS
 STRESS_LIBS     = $(DISPATCH_LIBS)
 SANITIZE        = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-.PHONY: all deps build test leakcheck stress-valgrind fuzz fuzz-quick bench-build bench bench-quick demo demo-ipc clean
+.PHONY: all deps build test leakcheck stress-valgrind fuzz fuzz-quick bench-build bench bench-quick demo demo-ipc echod-test clean
 
 all: build
 
-# Quiet and idempotent when libevent and pkg-config are already there.
+# Quiet and idempotent when libevent, pkg-config and systemd-socket-activate are already there.
 deps:
-	@if command -v pkg-config >/dev/null 2>&1 && pkg-config --exists libevent_core libevent_pthreads; then \
-	    exit 0; \
+	@packages=""; \
+	if ! { command -v pkg-config >/dev/null 2>&1 && pkg-config --exists libevent_core libevent_pthreads; }; then \
+	    packages="libevent-dev pkg-config"; \
 	fi; \
-	echo "deps: installing libevent-dev and pkg-config"; \
+	if ! command -v systemd-socket-activate >/dev/null 2>&1; then packages="$$packages systemd"; fi; \
+	if [ -z "$$packages" ]; then exit 0; fi; \
+	echo "deps: installing$$packages"; \
 	if [ "$$(id -u)" -eq 0 ]; then SUDO=""; \
 	elif command -v sudo >/dev/null 2>&1; then SUDO="sudo"; \
-	else echo "deps: not root and no sudo: install libevent-dev and pkg-config yourself" >&2; exit 1; fi; \
+	else echo "deps: not root and no sudo: install$$packages yourself" >&2; exit 1; fi; \
 	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
-	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libevent-dev pkg-config; \
-	pkg-config --exists libevent_core libevent_pthreads
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$packages; \
+	pkg-config --exists libevent_core libevent_pthreads; \
+	command -v systemd-socket-activate >/dev/null
 
 build: deps
 	$(SWIFT) build --scratch-path $(SCRATCH)
 
+# The example daemon's socket activation tests fail here, rather than skip, when the tool is missing.
+test: export PORTLOOP_REQUIRE_SOCKET_ACTIVATION = 1
 test: deps
 	$(SWIFT) test --scratch-path $(SCRATCH)
 	$(MAKE) --no-print-directory examples
@@ -176,6 +186,10 @@ demo: deps
 # The demo starts itself twice (the app, then the event server) in a namespace it makes under /tmp and removes.
 demo-ipc: deps
 	$(SWIFT) run --scratch-path $(SCRATCH) -c release portloop-demo-ipc $(DEMO_IPC_ARGS)
+
+echod-test: export PORTLOOP_REQUIRE_SOCKET_ACTIVATION = 1
+echod-test: deps
+	$(SWIFT) test --scratch-path $(SCRATCH) --filter EchoDaemon
 
 clean:
 	rm -rf .build .build-* $(TSAN_SCRATCH) $(STRESS_DIR) Benchmarks/.build Benchmarks/.build-*

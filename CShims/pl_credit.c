@@ -26,6 +26,13 @@ static inline uint32_t pl_free_room_locked(const pl_port_t *port) {
     return port->dead || used >= port->qlimit ? 0 : port->qlimit - used;
 }
 
+/* What one grant may lend: a window at most, and half the free room at most (rounded up), so that the next peer
+ * to come finds room too; otherwise two peers' windows took a whole queue that held a handful of messages. */
+static inline uint32_t pl_lendable_locked(const pl_port_t *port, uint32_t room) {
+    uint32_t half = room - room / 2;
+    return half < pl_window(port) ? half : pl_window(port);
+}
+
 /* The live export of `port` on `conn` (both locks held). One the peer released is skipped even while it is still
  * in the port's list (it leaves it a moment after the table): its handle must not be named again. */
 static pl_export_t *pl_find_export_locked(pl_port_t *port, pl_conn_t *conn) {
@@ -48,19 +55,25 @@ static void pl_export_owe(pl_export_t *e, uint32_t count) {
     pthread_mutex_unlock(&conn->owed_lock);
 }
 
-/* Gives free room to peers waiting for credit, first come first served (port lock held). */
+/* Gives free room to peers waiting for credit, first come first served (port lock held): by their place in
+ * line, not by their place in the port's list, or the newest connections would take every room that frees and
+ * an old one could wait for seconds. */
 static void pl_give_room_to_waiters_locked(pl_port_t *port) {
-    for (pl_export_t *e = port->exports; e != NULL && port->want_waiters > 0; e = e->next_of_port) {
-        if (!e->waiting) continue;
+    while (port->want_waiters > 0) {
         uint32_t room = pl_free_room_locked(port);
         if (room == 0) return;
-        uint32_t grant = room < pl_window(port) ? room : pl_window(port);
-        e->waiting = false;
+        pl_export_t *first = NULL;
+        for (pl_export_t *e = port->exports; e != NULL; e = e->next_of_port) {
+            if (e->waiting && (first == NULL || e->waiting_turn < first->waiting_turn)) first = e;
+        }
+        if (first == NULL) return;
+        uint32_t grant = pl_lendable_locked(port, room);
+        first->waiting = false;
         port->want_waiters--;
-        e->lent += grant;
+        first->lent += grant;
         port->reserved += grant;
-        pl_export_owe(e, grant);
-        pl_transport_flush_owed(e->conn);
+        pl_export_owe(first, grant);
+        pl_transport_flush_owed(first->conn);
     }
 }
 
@@ -109,7 +122,7 @@ pl_status_t pl_conn_export_locked(pl_conn_t *conn, pl_port_t *port, pl_wire_righ
     uint32_t grant = atomic_exchange_explicit(&e->owed, 0, memory_order_acq_rel);
     if (e->lent == grant) {
         uint32_t room = pl_free_room_locked(port);
-        uint32_t more = room < pl_window(port) ? room : pl_window(port);
+        uint32_t more = pl_lendable_locked(port, room);
         e->lent += more;
         port->reserved += more;
         grant += more;
@@ -224,22 +237,28 @@ bool pl_credit_want(pl_conn_t *conn, uint32_t handle, uint32_t flags, const char
     uint32_t grant = atomic_exchange_explicit(&e->owed, 0, memory_order_acq_rel);
     uint32_t window = pl_window(port);
     if (window > e->lent) {
-        uint32_t room = pl_free_room_locked(port);
-        uint32_t more = room < window - e->lent ? room : window - e->lent;
+        uint32_t lendable = pl_lendable_locked(port, pl_free_room_locked(port));
+        uint32_t more = lendable < window - e->lent ? lendable : window - e->lent;
         e->lent += more;
         port->reserved += more;
         grant += more;
     }
     bool waits = (flags & PL_WANT_WAIT) != 0;
+    bool reclaim = false;
     if (grant == 0 && waits && !e->waiting && !port->dead) {
         e->waiting = true;
         port->want_waiters++;
+        e->waiting_turn = port->want_turns++;
+        /* The room may all be lent to peers that do not use it (a client that looked the port up and sits
+         * idle): ask for it back, as a local sender that waits does, or this peer would wait for ever. */
+        reclaim = port->reserved > 0;
     } else if (grant > 0 && e->waiting) {
         e->waiting = false;
         port->want_waiters--;
     }
     pthread_mutex_unlock(&port->lock);
     if (grant > 0 || !waits) pl_conn_write_control(conn, PL_FRAME_CREDIT, handle, grant, 0);
+    if (reclaim) pl_remote_reclaim(port);
     return true;
 }
 
@@ -326,11 +345,13 @@ static uint32_t pl_collect_locked(pl_port_t *port, pl_notice_t **out, bool (*pic
 }
 
 static bool pl_pick_for_reclaim(pl_export_t *e) {
-    /* Owed credit the peer never heard of comes back at once; what it holds it is asked for. */
+    /* Owed credit the peer never heard of comes back at once; what it holds it is asked for. The owed credit may
+     * have been the answer to a WANT of the peer's (room given to a waiter): the RECLAIM then stands for that
+     * answer, and the peer asks again, so it is sent even while an earlier one is unanswered. */
     uint32_t owed = atomic_exchange_explicit(&e->owed, 0, memory_order_acq_rel);
     e->lent -= owed;
     e->port->reserved -= owed;
-    if (e->lent == 0 || e->reclaiming) return false;
+    if (owed == 0 && (e->lent == 0 || e->reclaiming)) return false;
     e->reclaiming = true;
     return true;
 }

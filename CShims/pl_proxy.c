@@ -144,6 +144,7 @@ void pl_proxy_unused(pl_port_t *port) {
         return;
     }
     pl_port_t *oldest = NULL;
+    bool first_idle = false;
     pthread_mutex_lock(&conn->lock);
     if (proxy->in_table && !conn->dead && !proxy->idle &&
         atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0) {
@@ -153,13 +154,16 @@ void pl_proxy_unused(pl_port_t *port) {
         if (conn->idle_tail != NULL) conn->idle_tail->proxy->next_idle = port; else conn->idle_head = port;
         conn->idle_tail = port;
         conn->idle_count++;
-        atomic_fetch_add_explicit(&pl_idle_total, 1, memory_order_relaxed);
+        first_idle = atomic_fetch_add_explicit(&pl_idle_total, 1, memory_order_relaxed) == 0;
         if (conn->idle_count > PL_IDLE_PROXIES_MAX) {
             oldest = conn->idle_head;
             pl_port_retain_internal(oldest);
         }
     }
     pthread_mutex_unlock(&conn->lock);
+    /* A transport that had no idle proxy sleeps without a timeout: wake it, so that it sweeps this one in time
+     * (a client that looked a service up once and dropped the right would otherwise hold its credit for ever). */
+    if (first_idle) pl_transport_flush_owed(conn);
     if (oldest != NULL) {
         pl_proxy_release_now(oldest);
         pl_port_release_internal(oldest);
@@ -197,6 +201,8 @@ void pl_proxy_credit(pl_conn_t *conn, uint32_t handle, uint32_t count) {
     }
 }
 
+/* The owner asks for its room back. It may have taken back credit it meant as the answer to our WANT, so the
+ * RECLAIM answers that WANT too: senders still without credit ask again. */
 void pl_proxy_reclaim(pl_conn_t *conn, uint32_t handle) {
     pthread_mutex_lock(&conn->lock);
     pl_port_t *port = pl_handle_map_get(&conn->imports, handle);
@@ -204,9 +210,14 @@ void pl_proxy_reclaim(pl_conn_t *conn, uint32_t handle) {
     if (port != NULL) {
         unused = port->proxy->credits;
         port->proxy->credits = 0;
+        port->proxy->want_sent = false;
+        conn->credit_answers++;
     }
     pthread_mutex_unlock(&conn->lock);
-    if (port != NULL) pl_conn_write_control(conn, PL_FRAME_RETURN, handle, unused, 0);
+    if (port != NULL) {
+        pthread_cond_broadcast(&conn->changed);
+        pl_conn_write_control(conn, PL_FRAME_RETURN, handle, unused, 0);
+    }
 }
 
 void pl_proxy_dead(pl_conn_t *conn, uint32_t handle) {

@@ -87,6 +87,7 @@ typedef struct pl_export {
     uint32_t lent;            /* credit lent to the peer, owed included; part of port->reserved */
     bool waiting;             /* the peer waits for credit; counted in port->want_waiters */
     bool reclaiming;          /* a RECLAIM is on its way */
+    uint64_t waiting_turn;    /* while waiting: its place in line (port->want_turns when it began to wait) */
     bool dead_told;           /* DEAD was sent */
     struct pl_export *next_of_port;
     /* atomic, and the connection's owed lock for the list: */

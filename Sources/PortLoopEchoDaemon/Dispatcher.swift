@@ -20,7 +20,8 @@ import PortLoop
 ///    refusal (``EchoProtocol/refusedID``), so no client waits for an answer that will not come.
 /// 2. *fencing*: a fence message goes to each worker behind the last forwarded request, with the control port
 ///    as its reply port; a worker answers it only after everything before it in its FIFO.
-/// 3. *finished*: when every fence is answered, every accepted request has been answered, and the loop stops.
+/// 3. *finished*: when every fence is answered, every accepted request has been answered; the service port is
+///    destroyed, which withdraws the name and turns every client's right into a dead name, and the loop stops.
 ///
 /// All mutable state is touched only on the loop's thread (the main thread): the port sources' handlers, the
 /// timers and the blocks performed on it run there. That is what the `@unchecked Sendable` rests on.
@@ -51,9 +52,11 @@ final class Dispatcher: @unchecked Sendable {
     private(set) var lost = 0
     /// Why the daemon is stopping, once it is.
     private(set) var stopReason: String?
+    /// The name checked in, until it is withdrawn.
+    private(set) var serviceName: String?
 
-    /// The service port's queue limit: the largest there is, so that clients (at most 256, one request
-    /// outstanding each) never wait to send.
+    /// The service port's queue limit: the largest there is, so that in-process clients (at most 256, one
+    /// request outstanding each) never wait to send; other processes' senders share it through credit.
     static let serviceQueueLimit = PortReceiveRight.maxQueueLimit
 
     init(loop: PortRunLoop, workers: [EchoWorker]) {
@@ -61,14 +64,18 @@ final class Dispatcher: @unchecked Sendable {
         self.workers = workers
     }
 
-    /// Creates the service and control ports, puts their sources in the loop's default mode, and returns the
-    /// send right clients use. The loop must be the caller's.
-    func start() throws(DaemonError) -> PortSendRight {
+    /// Checks `name` in at `namespace` (adopting systemd's socket for it when socket activation passed one),
+    /// creates the control port, puts both sources in the loop's default mode, and returns a local send right to
+    /// the service port for this process's own clients. The loop must be the caller's.
+    func start(name: String, in namespace: PortNamespace) throws(DaemonError) -> PortSendRight {
         precondition(loop.isCurrent, "the dispatcher starts on its loop's thread")
         do throws(PortError) {
-            // `unowned`: the daemon keeps the dispatcher until the process exits, and the sources live in its
-            // loop; a strong capture would be a cycle through the loop for no benefit.
-            service = try RunLoopPortSource(queueLimit: Self.serviceQueueLimit) { [unowned self] message in
+            // The same version-1 source as for a port of this process alone: a request from another process
+            // wakes the loop exactly as one from a thread here does. `unowned`: the daemon keeps the dispatcher
+            // until the process exits, and the sources live in its loop; a strong capture would be a cycle
+            // through the loop for no benefit.
+            let port = try namespace.checkIn(name, queueLimit: Self.serviceQueueLimit)
+            service = RunLoopPortSource(port: port) { [unowned self] message in
                 handleRequest(message)
             }
             // Each worker answers one fence, and the loop answers with a `.poll` send: room for all of them.
@@ -76,8 +83,9 @@ final class Dispatcher: @unchecked Sendable {
                 handleFenceReply(message)
             }
         } catch {
-            throw .port(error)
+            throw .checkIn(name: name, namespace: namespace.path, error)
         }
+        serviceName = name
         do throws(RunLoopError) {
             try loop.add(service!, mode: .default)
             try loop.add(control!, mode: .default)
@@ -150,8 +158,10 @@ final class Dispatcher: @unchecked Sendable {
         guard phase == .serving, let service else { return false }
         stopReason = reason
         let queued = service.queuedMessageCount
+        // Forwarded and not yet answered: in a worker's port, or in the batch its loop has taken from it.
+        let atWorkers = forwarded - served
         say("stopping (\(reason)): finishing \(queued) request\(queued == 1 ? "" : "s") queued at the service port"
-            + " and those in the workers' queues; refusing new ones")
+            + " and \(atWorkers) given to workers; refusing new ones")
         if queued > 0 { phase = .draining(queued: queued) } else { sendFences() }
         return true
     }
@@ -183,7 +193,21 @@ final class Dispatcher: @unchecked Sendable {
             phase = .fencing(pending: pending - 1)
         } else {
             phase = .finished
+            withdraw()
             loop.stop()
         }
+    }
+
+    /// Destroys the service port, which withdraws the name: every client's right becomes a dead name (a send
+    /// fails with ``PortError/invalidDestination``) and a look-up finds nobody (``PortError/unknownService(_:)``,
+    /// or under socket activation a wait for systemd to start the service again). Refusals have been answering
+    /// since the fences went out; a request that reaches the port between the last one and this call is
+    /// destroyed with it, and its client's `request` fails with ``PortError/noReply`` at once.
+    private func withdraw() {
+        guard let source = service else { return }
+        source.invalidate() // out of the loop's mode
+        service = nil       // the last reference: the source, its receive right and the name go now
+        if let name = serviceName { say("withdrew \(name): clients' rights are dead names now") }
+        serviceName = nil
     }
 }

@@ -24,9 +24,15 @@ enum EchoDaemon {
         do throws(PortError) { try RunLoopSignalSource.block(ShutdownSignals.numbers) } catch { throw .port(error) }
 
         let loop = PortRunLoop.current // the main thread's loop: PortRunLoop.main
-        let workers = try (1...options.workers).map { number throws(DaemonError) in try EchoWorker(number: number) }
+        let workers = try (1...options.workers).map { number throws(DaemonError) in
+            try EchoWorker(number: number, delay: options.delay)
+        }
         let dispatcher = Dispatcher(loop: loop, workers: workers)
-        let endpoint = try dispatcher.start()
+        let namespace: PortNamespace
+        do throws(PortError) {
+            if let path = options.namespacePath { namespace = PortNamespace(path: path) } else { namespace = try .standard }
+        } catch { throw .port(error) }
+        let endpoint = try dispatcher.start(name: options.name, in: namespace)
 
         let signals: RunLoopSignalSource
         do throws(PortError) {
@@ -51,7 +57,7 @@ enum EchoDaemon {
         var load: LoadGenerator?
         if options.clientCount > 0 {
             let generator = LoadGenerator(endpoint: endpoint, clients: options.clientCount,
-                                          requests: options.selfTestRequests, workers: workers.count)
+                                          requests: options.selfTestRequests)
             let selfTest = options.selfTestRequests
             try generator.start {
                 guard let selfTest else { return } // open-ended clients end only once the stop has begun
@@ -67,17 +73,21 @@ enum EchoDaemon {
             + "\(options.clientCount) client\(options.clientCount == 1 ? "" : "s")"
             + (options.selfTestRequests.map { ", self-test of \(Format.grouped($0)) requests" } ?? "")
             + "; throughput every \(Format.fixed(options.interval, 3).trimmingZeros) s; SIGINT or SIGTERM stops")
-        if options.clientCount == 0 {
-            say("portloop-echod: no clients, so the lines below stay at 0 req/s: PortLoop's ports live inside one "
-                + "process, and requests come from this process's own client threads (--clients K for load, "
-                + "--self-test N to check N replies); see --help")
-        }
+        say("portloop-echod: \(activatedBySystemd(options.name) ? "adopted systemd's socket for" : "checked in") "
+            + "\(options.name) in \(namespace.path); clients: portloop-echod load --name \(options.name) "
+            + "--namespace \(namespace.path)")
 
-        loop.run() // until the dispatcher's last fence is answered
+        loop.run() // until the dispatcher's last fence is answered and the name withdrawn
 
         let elapsed = (ContinuousClock.now - started).seconds
         reporter.stop()
         for worker in workers { worker.stop() }
+        // The port is gone, so the in-process clients end at once (refused, or a dead name): let them finish
+        // so that the summary counts every request they sent.
+        if let load {
+            let giveUp = MonotonicClock.now + 5_000_000_000
+            while !load.allFinished && MonotonicClock.now < giveUp { usleep(1_000) }
+        }
         return summarize(dispatcher: dispatcher, load: load, options: options, elapsed: elapsed)
     }
 
@@ -91,9 +101,10 @@ enum EchoDaemon {
         line += "\(Format.grouped(served)) requests answered (\(Format.rate(served, seconds: elapsed)) req/s): "
         line += perWorker.joined(separator: ", ")
         line += "; \(dispatcher.drained) drained at stop, \(dispatcher.refused) refused, \(dispatcher.lost) lost"
-        if let load {
-            line += "; clients: \(Format.grouped(load.answered.current)) replies checked, \(load.wrong.current) wrong, "
-            line += "\(load.failed.current) failed, \(load.refused.current) refused"
+        let tally = load?.tally
+        if let tally {
+            line += "; clients: \(Format.grouped(tally.answered)) replies checked, \(tally.wrong) wrong, "
+            line += "\(tally.failed) failed, \(tally.refused) refused, \(tally.gone) found it gone"
         }
         say(line)
 
@@ -103,8 +114,8 @@ enum EchoDaemon {
             problems.append("\(dispatcher.forwarded) requests accepted but \(served) answered")
         }
         if dispatcher.lost > 0 { problems.append("\(dispatcher.lost) requests could not be forwarded") }
-        if let load, load.wrong.current > 0 { problems.append("\(load.wrong.current) wrong replies") }
-        if let load, load.failed.current > 0 { problems.append("\(load.failed.current) requests failed") }
+        if let tally, tally.wrong > 0 { problems.append("\(tally.wrong) wrong replies") }
+        if let tally, tally.failed > 0 { problems.append("\(tally.failed) requests failed") }
 
         if let planned = options.selfTestRequests, let load {
             problems += selfTestProblems(planned: planned, load: load, dispatcher: dispatcher)
@@ -125,16 +136,26 @@ enum EchoDaemon {
         guard load.allFinished else {
             return ["stopped (\(dispatcher.stopReason ?? "?")) before the clients had sent every request"]
         }
+        let tally = load.tally
         var problems: [String] = []
-        if load.answered.current != planned {
-            problems.append("\(load.answered.current) of \(planned) requests answered right")
+        if tally.answered != planned {
+            problems.append("\(tally.answered) of \(planned) requests answered right")
         }
-        if load.refused.current > 0 { problems.append("\(load.refused.current) requests refused") }
-        for (worker, seen) in zip(dispatcher.workers, load.answeredByWorker) where worker.served.current != seen.current {
-            problems.append("w\(worker.number) answered \(worker.served.current) but the clients saw \(seen.current)")
+        if tally.refused > 0 { problems.append("\(tally.refused) requests refused") }
+        if tally.gone > 0 { problems.append("\(tally.gone) requests found the service gone") }
+        for (worker, seen) in zip(dispatcher.workers, tally.byWorker) where worker.served.current != seen {
+            problems.append("w\(worker.number) answered \(worker.served.current) but the clients saw \(seen)")
         }
         return problems
     }
+}
+
+/// Whether systemd (or `systemd-socket-activate`) passed this process a socket named `name`, which the
+/// check-in then adopted: the same test the C layer makes.
+private func activatedBySystemd(_ name: String) -> Bool {
+    guard let pid = getenv("LISTEN_PID").map({ String(cString: $0) }), Int32(pid) == getpid(),
+          let names = getenv("LISTEN_FDNAMES").map({ String(cString: $0) }) else { return false }
+    return names.split(separator: ":", omittingEmptySubsequences: false).contains { $0 == name }
 }
 
 extension String {

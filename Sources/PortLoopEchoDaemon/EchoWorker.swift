@@ -1,4 +1,9 @@
 import PortLoop
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// One worker: a ``RunLoopThread`` whose loop holds a ``RunLoopPortSource`` on the worker's own request port.
 ///
@@ -21,10 +26,12 @@ final class EchoWorker: Sendable {
     /// (see ``Dispatcher``), so the limit is also what makes the dispatch load-aware.
     static let queueLimit = 128
 
-    init(number: Int) throws(DaemonError) {
+    /// `delay`: seconds to spend on each request before answering it (simulated work; 0 for none).
+    init(number: Int, delay: Double = 0) throws(DaemonError) {
         self.number = number
         let served = Counter()
         self.served = served
+        let pause = UInt32((delay * 1e6).rounded())
         do throws(PortError) {
             source = try RunLoopPortSource(queueLimit: Self.queueLimit) { message in
                 if message.id == EchoProtocol.fenceID {
@@ -32,6 +39,7 @@ final class EchoWorker: Sendable {
                     // dispatcher is its only sender. Say so on the fence's reply port.
                     return PortReply(id: EchoProtocol.fenceID, bytes: [UInt8(truncatingIfNeeded: number)])
                 }
+                if pause > 0 { usleep(pause) } // blocks this worker's loop, as real work would
                 served.increment()
                 return PortReply(id: message.id, bytes: EchoProtocol.echo(message.payload, worker: number))
             }

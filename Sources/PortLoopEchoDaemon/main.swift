@@ -1,10 +1,11 @@
-// portloop-echod — an echo daemon on PortLoop's run loops and Mach-style ports.
+// portloop-echod — an echo daemon on PortLoop's run loops and Mach-style ports, and a load generator for it.
 //
 // The design, and why it is this one
 // ----------------------------------
 //
-//   client threads             main thread: dispatcher loop               worker loop threads (RunLoopThread × N)
-//   (load generator)           PortRunLoop.main, default mode
+//   clients: other processes   main thread: dispatcher loop               worker loop threads (RunLoopThread × N)
+//   (lookUp), or this one's    PortRunLoop.main, default mode
+//   threads (--clients)
 //                              ┌ the mode's port set ────────────────┐
 //   request(id:bytes:) ──────▶ │ service port → RunLoopPortSource    │ ─ .poll send to the ──▶ w1 port → RunLoopPortSource
 //   (fresh reply port each)    │ control port → RunLoopPortSource    │   next worker with room   w2 port → RunLoopPortSource
@@ -13,9 +14,12 @@
 //                              └ RunLoopTimer: throughput line ──────┘
 //          ◀──────────── reply: each worker's loop sends its PortReply straight to the client's reply port
 //
-// Everything that wakes the dispatcher — a request, a fence reply, a signal, the throughput timer, a block
-// performed on it — arrives through one receive on its mode's port set, exactly as a CFRunLoop sleeps in
-// mach_msg() on a port set. Each worker likewise sleeps on its own loop's port set and wakes for its port.
+// The service port is checked in under a name (--name, in --namespace or PortNamespace.standard), as launchd's
+// bootstrap_check_in gives a daemon its port; under systemd socket activation the check-in adopts the socket
+// systemd passes (Examples/systemd). Everything that wakes the dispatcher — a request from another process or
+// from a thread here, a fence reply, a signal, the throughput timer, a block performed on it — arrives through
+// one receive on its mode's port set, exactly as a CFRunLoop sleeps in mach_msg() on a port set: a remote
+// request wakes the same version-1 source as a local one. Each worker likewise sleeps on its own loop's port set.
 //
 // Why a dispatcher in front of per-worker ports, rather than workers receiving on one shared port set: the
 // workers are run loops (they could serve timers, other sources, perform requests and an executor too), and a
@@ -31,17 +35,21 @@
 //     signal the dispatcher counts what waits in the service port (those requests are still served; later
 //     ones get a refusal reply), then sends each worker a fence behind its last request; a worker answers
 //     the fence only after everything before it, so when every fence is answered every accepted request
-//     has been answered. Then the workers are stopped and joined, the summary printed, and the exit is 0.
+//     has been answered. Then the service port is destroyed, which withdraws the name and makes every
+//     client's right a dead name; the workers are stopped and joined, the summary printed, and the exit is 0.
 // Signals are blocked in every thread and reported by a RunLoopSignalSource (a signalfd in the dispatcher's
 // port set): a signal wakes the loop like a message and the stop runs as ordinary loop work between two
 // requests, not inside a signal handler.
 //
-// PortLoop's ports live inside one process, so the clients are threads of this process (LoadGenerator):
-// `--self-test N` checks N replies and exits; `--clients K` alone gives open-ended load until a signal or
-// `--duration`.
+// Clients: `portloop-echod load` starts client processes (this executable again, in the hidden load-client
+// role), each with threads that look the name up and run an EchoClient; the parent adds up their one-line
+// reports. In-process clients remain for a self-contained check: `--self-test N` checks N replies and exits;
+// `--clients K` alone gives open-ended load until a signal or `--duration`.
 //
-// Files: Options (command line, swift-argument-parser), EchoProtocol (message ids and payloads), EchoWorker, Dispatcher,
-// ShutdownSignals, ThroughputReporter, LoadGenerator, EchoDaemon (wiring and summary), and small helpers
-// (Counter, PosixThread, Console, DaemonError).
+// Files: Options (the root command, serve, the shared --name/--namespace), EchoProtocol (message ids and
+// payloads), EchoWorker, Dispatcher, ShutdownSignals, ThroughputReporter, EchoDaemon (wiring and summary),
+// EchoClient (one client thread's loop and its tally), LoadGenerator (in-process clients), LoadCommand and
+// ClientProcess (the load's parent), LoadClient (a client process and its report line), LatencyHistogram, and
+// small helpers (Counter, Guarded, PosixThread, Console, DaemonError).
 
 EchoCommand.main()
