@@ -278,6 +278,7 @@ bool pl_credit_returned(pl_conn_t *conn, uint32_t handle, uint32_t count, const 
     pthread_mutex_lock(&port->lock);
     bool held = pl_take_back_locked(e, count);
     e->reclaiming = false;
+    port->reclaim_asked = false; /* answered: a sender still waiting may ask the others again */
     if (held) pl_give_room_to_waiters_locked(port);
     bool wake = held && count > 0 && port->waiting_senders > 0;
     pthread_mutex_unlock(&port->lock);

@@ -65,7 +65,7 @@ struct pl_port {
     uint32_t reserved;        /* queue room lent to other processes as credit: full at count + reserved */
     uint32_t want_waiters;    /* exports whose peer waits for credit */
     uint64_t want_turns;      /* waits for credit begun so far: the next waiter's place in line */
-    bool reclaim_asked;       /* a local sender asked the transport to reclaim credit */
+    bool reclaim_asked;       /* a local sender asked for lent room back and no answer came yet */
     bool no_senders_wakes;    /* pl_port_set_no_senders_wakes */
     struct pl_export *exports;/* rights to this port held by other processes, one entry per connection */
     struct pl_proxy *proxy;   /* set for a proxy: this port lives in another process; fixed at creation */

@@ -368,7 +368,8 @@ static pl_status_t pl_port_wait_for_room_locked(pl_port_t *port, int64_t timeout
          * means a later dequeue signals once more than needed. */
         if (port->sender_wakes_pending > 0) port->sender_wakes_pending--;
     }
-    port->waiting_senders--;
+    /* The next sender that finds the port full asks again: other processes may hold room by then. */
+    if (--port->waiting_senders == 0) port->reclaim_asked = false;
     return (!port->dead && pl_port_full_locked(port)) ? PL_ERR_TIMED_OUT : PL_OK;
 }
 

@@ -28,4 +28,26 @@ struct CrossProcessIdleCreditTests {
         // The request's own timeout is 10 s; the room comes back in a round trip or two.
         #expect(nowNanoseconds() - started < 8_000_000_000)
     }
+
+    @Test("a local sender waiting for room gets back what idle clients hold, every time it waits")
+    func localSenderReclaimsEachTime() throws {
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("local", queueLimit: 8)
+        let sender = port.makeSendRight()
+        for round in 0..<3 {
+            // A client that is lent room with its right, uses some and then sits idle.
+            let holder = try Peer(["hold", space.path, "local"])
+            defer { holder.kill() }
+            let request = try port.receive(timeout: .seconds(10))
+            try request.replyPort?.send(id: 102, timeout: .poll)
+            _ = try port.receive(timeout: .seconds(10))
+            #expect(holder.ready())
+            var sent = 0
+            while (try? sender.send(id: 1, timeout: .poll)) != nil { sent += 1 }
+            #expect(sent < 8, "round \(round): the client should hold some of the room")
+            // One more waits for room: the idle client is asked for what it holds.
+            #expect(throws: Never.self, "round \(round)") { try sender.send(id: 1, timeout: .seconds(5)) }
+            while (try? port.receive(timeout: .poll)) != nil {}
+        }
+    }
 }
