@@ -109,4 +109,7 @@ let allScenarios: [Scenario] = [
     allocsScenario,
     ipcPingPongScenario,
     ipcThroughputScenario,
+    peersPingPongScenario,
+    peersThroughputScenario,
+    peersClientsScenario,
 ]

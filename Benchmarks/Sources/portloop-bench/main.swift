@@ -75,6 +75,7 @@ if selected.isEmpty { selected = allScenarios }
 // first time a loop is used; do that now, so that the scenarios' descriptor checks see only what a run leaks.
 CFLoopThread().stop()
 NIOLoops(threads: 1).shutDown()
+primeNIOSingletonGroup() // the gRPC peers run on it; it lives as long as the process
 let primed = Latch<Bool>()
 DispatchQueue(label: "portloop-bench.prime").async { primed.set(true) } // async: starts libdispatch's workers
 _ = primed.wait()
