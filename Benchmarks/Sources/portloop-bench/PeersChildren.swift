@@ -56,7 +56,22 @@ func runPeerChild(_ role: String, _ arguments: [String]) -> Never {
         let server = LoopThread { loop in
             mustLoop("add source") { () throws(RunLoopError) in try loop.add(source, mode: .default) }
         }
-        serveUntilEndOfInput()
+        var clients: [PortSendRight] = []
+        serveUntilEndOfInput { command in
+            // `connect COUNT`: look up the services client-0 … client-(COUNT-1) of the namespace and make one
+            // 8-byte request to each; keep the rights (see runPortLoopClients).
+            guard command.hasPrefix("connect "), let count = Int(command.dropFirst(8)) else { return }
+            let namespace = PortNamespace(path: directory)
+            for index in 0..<count {
+                clients.append(must("connect client-\(index)") { () throws(PortError) in
+                    let client = try namespace.lookUp("client-\(index)", timeout: .seconds(30))
+                    _ = try client.request(id: IPCMessage.data, bytes: [0, 0, 0, 0, 0, 0, 0, 0], timeout: .seconds(30))
+                    return client
+                })
+            }
+            ParentPipe.say("connected \(clients.count)")
+        }
+        clients.removeAll()
         server.loop.stop()
         server.join()
         source.invalidate()
@@ -87,13 +102,16 @@ func runPeerChild(_ role: String, _ arguments: [String]) -> Never {
     exit(0)
 }
 
-/// A server's main thread: says `ready`, answers `stats` lines, returns at end of input.
-private func serveUntilEndOfInput() {
+/// A server's main thread: says `ready`, answers `stats` lines, hands other lines to `command`, returns at end
+/// of input.
+private func serveUntilEndOfInput(_ command: (String) -> Void = { _ in }) {
     ParentPipe.say("ready \(getpid())")
     while let line = readLine() {
         if line == "stats" {
             bs_heap_trim()
             ParentPipe.say("stats \(bs_heap_in_use())")
+        } else {
+            command(line)
         }
     }
 }
@@ -103,16 +121,23 @@ private func waitForEndOfInput() {
     while readLine() != nil {}
 }
 
-/// `clients-portloop`: PortLoop keeps one connection per process for every look-up of a service, so each client
-/// is a process of its own, forked from this one before it has started any thread (each child then starts its
-/// own transport; its memory stays shared with this process, copy-on-write). One at a time: a child looks the
-/// service up, makes one 8-byte request, reports on a pipe, and waits for end of file on another; then the next.
+/// `clients-portloop`: PortLoop keeps one connection per process pair, so each client is a process of its own,
+/// forked from this one before it has started any thread (each child then starts its own transport; its memory
+/// stays shared with this process, copy-on-write). One at a time: a child checks in the service `client-INDEX`,
+/// reports on a pipe, answers one request, and waits for end of file on another pipe; then the next. Once all
+/// are up this process says `ready`, and the server connects to each (its `connect COUNT` command).
+///
+/// Why the server looks its clients up rather than the other way round: a process holding a right to a service
+/// keeps the queue room lent with it (up to half the queue limit) while it sends nothing, and, with the library
+/// as it is, the owner asks idle holders for it back only when a sender in its own process waits for room, not
+/// when another client does. Two idle clients of a 64-message port hold all of its room, and a third client's
+/// first request waits for good. Here each client's port has one holder, the server.
 private func runPortLoopClients(directory: String, name: String, count: Int) {
     var ready: [Int32] = [-1, -1], hold: [Int32] = [-1, -1]
     guard pipe(&ready) == 0, pipe(&hold) == 0 else { fatalError("pipe: errno \(errno)") }
     let parent = getpid()
     var children: [pid_t] = []
-    for _ in 0..<count {
+    for index in 0..<count {
         let child = bs_fork()
         if child < 0 { fatalError("fork: errno \(errno)") }
         if child == 0 {
@@ -120,10 +145,12 @@ private func runPortLoopClients(directory: String, name: String, count: Int) {
             close(hold[1])
             guard bs_die_with_parent(parent) == 0 else { _exit(3) }
             do throws(PortError) {
-                let service = try PortNamespace(path: directory).lookUp(name, timeout: .seconds(30))
-                _ = try service.request(id: IPCMessage.data, bytes: [0, 0, 0, 0, 0, 0, 0, 0], timeout: .seconds(30))
+                let port = try PortNamespace(path: directory).checkIn("client-\(index)", queueLimit: 1,
+                                                                      maxMessageSize: 8)
                 var byte: UInt8 = 1
                 guard write(ready[1], &byte, 1) == 1 else { _exit(4) }
+                let request = try port.receive(timeout: .seconds(600))
+                try request.replyPort?.send(id: IPCMessage.data + 100, bytes: request.payload, timeout: .seconds(30))
                 while true { // until end of file
                     let got = read(hold[0], &byte, 1)
                     if got == 0 || (got < 0 && errno != EINTR) { break }
@@ -139,7 +166,7 @@ private func runPortLoopClients(directory: String, name: String, count: Int) {
         var byte: UInt8 = 0
         guard poll(&descriptor, 1, 60_000) == 1, read(ready[0], &byte, 1) == 1 else {
             for pid in children { kill(pid, SIGKILL) }
-            fatalError("clients-portloop: client \(children.count) did not connect")
+            fatalError("clients-portloop: client \(index) did not check in")
         }
     }
     ParentPipe.say("ready")

@@ -29,8 +29,8 @@ final class AllocationWindow: @unchecked Sendable {
     }
 }
 
-/// A directory for one run's Unix domain socket (mkdtemp under /tmp, mode 0700), removed with whatever is
-/// left in it by ``remove()``. NIO's and gRPC's servers leave their socket file when they close.
+/// A directory for one run's Unix domain socket or PortLoop namespace (mkdtemp under /tmp, mode 0700), removed
+/// with whatever is left in it by ``remove()``. NIO's and gRPC's servers leave their socket file when they close.
 final class SocketDirectory {
     let path: String
     /// The socket's file name inside the directory.
@@ -44,8 +44,20 @@ final class SocketDirectory {
         path = String(decoding: template.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
+    /// Removes the directory and whatever is in it (a PortLoop namespace leaves lock files, and the socket files of
+    /// client services whose processes were ended).
     func remove() {
-        unlink(socketPath)
+        if let directory = opendir(path) {
+            var names: [String] = []
+            while let entry = readdir(directory) {
+                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+                }
+                if name != "." && name != ".." { names.append(name) }
+            }
+            closedir(directory)
+            for name in names { unlink(path + "/" + name) }
+        }
         if rmdir(path) != 0 { printError("warning: cannot remove \(path): errno \(errno)") }
     }
 }
