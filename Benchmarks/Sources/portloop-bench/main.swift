@@ -85,6 +85,9 @@ for scenario in selected {
     if json { printError("running \(scenario.name)…") }
     let rows = scenario.run(settings)
     results.append((scenario.name, rows))
-    if !json { print(renderTable(scenario: scenario, rows: rows, settings: settings)) }
+    if !json {
+        print(renderTable(scenario: scenario, rows: rows, settings: settings))
+        fflush(nil) // a later scenario that fails must not take this one's table with it
+    }
 }
 if json { print(renderJSON(results)) }
