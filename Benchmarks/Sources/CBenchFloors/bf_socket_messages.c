@@ -101,17 +101,23 @@ static int prepare(int seqpacket, uint64_t size, int sv[2], uint8_t **buffer) {
     return 0;
 }
 
-int64_t bf_socket_pingpong(int seqpacket, uint64_t size, uint64_t warmup, uint64_t round_trips) {
-    int sv[2];
-    uint8_t *buffer;
-    if (prepare(seqpacket, size, sv, &buffer) != 0) return -1;
+/* prepare(), then fork. Returns the child's pid (0 in the child), or -1 with everything undone. */
+static pid_t prepare_and_fork(int seqpacket, uint64_t size, int sv[2], uint8_t **buffer) {
+    if (prepare(seqpacket, size, sv, buffer) != 0) return -1;
     pid_t child = fork();
     if (child < 0) {
         close(sv[0]);
         close(sv[1]);
-        free(buffer);
-        return -1;
+        free(*buffer);
     }
+    return child;
+}
+
+int64_t bf_socket_pingpong(int seqpacket, uint64_t size, uint64_t warmup, uint64_t round_trips) {
+    int sv[2];
+    uint8_t *buffer;
+    pid_t child = prepare_and_fork(seqpacket, size, sv, &buffer);
+    if (child < 0) return -1;
     if (child == 0) { /* the echo: answers every message until end of file */
         close(sv[0]);
         while (message_receive(sv[1], seqpacket, buffer, (uint32_t)size) == 0) {
@@ -144,14 +150,8 @@ int64_t bf_socket_throughput(int seqpacket, uint64_t size, uint64_t messages) {
     if (messages == 0) return -1;
     int sv[2];
     uint8_t *buffer;
-    if (prepare(seqpacket, size, sv, &buffer) != 0) return -1;
-    pid_t child = fork();
-    if (child < 0) {
-        close(sv[0]);
-        close(sv[1]);
-        free(buffer);
-        return -1;
-    }
+    pid_t child = prepare_and_fork(seqpacket, size, sv, &buffer);
+    if (child < 0) return -1;
     if (child == 0) { /* the sender: waits for a go, then sends; the first message carries its clock */
         close(sv[0]);
         if (message_receive(sv[1], seqpacket, buffer, (uint32_t)size) != 0) _exit(1);

@@ -58,22 +58,27 @@ final class TemporaryNamespace {
     /// `killed`: the service's process was killed, so its socket file is expected too.
     @discardableResult
     func remove(_ scenario: String, killed: Bool = false) -> [String] {
-        var left: [String] = []
-        if let directory = opendir(path) {
-            while let entry = readdir(directory) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-                }
-                if name != "." && name != ".." { left.append(name) }
-            }
-            closedir(directory)
-        }
+        let left = directoryEntries(path)
         for name in left { unlink(path + "/" + name) }
         if rmdir(path) != 0 { printError("warning: \(scenario): cannot remove \(path): errno \(errno)") }
         let unexpected = left.filter { $0 != ".\(ipcServiceName).lock" && !(killed && $0 == ipcServiceName) }
         if !unexpected.isEmpty { printError("warning: \(scenario): \(path) still held \(unexpected) after the run") }
         return left
     }
+}
+
+/// The names in a directory but `.` and `..`; none if it cannot be read.
+func directoryEntries(_ path: String) -> [String] {
+    guard let directory = opendir(path) else { return [] }
+    defer { closedir(directory) }
+    var names: [String] = []
+    while let entry = readdir(directory) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+            String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+        }
+        if name != "." && name != ".." { names.append(name) }
+    }
+    return names
 }
 
 /// A child process of this executable in an `--ipc-child` role. Its standard output is a pipe read line by

@@ -47,17 +47,7 @@ final class SocketDirectory {
     /// Removes the directory and whatever is in it (a PortLoop namespace leaves lock files, and the socket files of
     /// client services whose processes were ended).
     func remove() {
-        if let directory = opendir(path) {
-            var names: [String] = []
-            while let entry = readdir(directory) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-                }
-                if name != "." && name != ".." { names.append(name) }
-            }
-            closedir(directory)
-            for name in names { unlink(path + "/" + name) }
-        }
+        for name in directoryEntries(path) { unlink(path + "/" + name) }
         if rmdir(path) != 0 { printError("warning: cannot remove \(path): errno \(errno)") }
     }
 }
