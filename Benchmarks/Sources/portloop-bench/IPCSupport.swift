@@ -8,7 +8,7 @@ import CBenchSupport
 import PortLoop
 
 // The other process of the cross-process scenarios (IPC.swift): this same executable started again with a hidden
-// first argument, `portloop-bench --ipc-child ROLE PARENT-PID NAMESPACE NAME [COUNT]` (main.swift hands it to
+// first argument, `portloop-bench --ipc-child ROLE PARENT-PID NAMESPACE NAME [COUNT] [SIZE]` (main.swift hands it to
 // `runIPCChild` before anything else runs), by posix_spawn from the scenario's thread (the main thread) and
 // reaped with waitpid. Foundation's Process is not used: its waitUntilExit looks for the exit every 50 ms. Every
 // run makes its own namespace directory (mkdtemp under /tmp) and child, and removes both; the child dies with
@@ -276,10 +276,10 @@ func waitForNoConnections(_ scenario: String) {
 
 /// The child's side (`--ipc-child ROLE PARENT-PID NAMESPACE NAME [COUNT] [SIZE]`); never returns. Roles:
 ///
-/// - `echo` (`COUNT` is the maximum message size here, 8 when absent): checks NAME in and serves it with a `RunLoopPortSource` on the main run
-///   loop: ``IPCMessage/data`` is answered with its payload (the handler's `PortReply` goes to the message's
-///   reply port), ``IPCMessage/stop`` stops the loop; the process then exits 0. It writes `ready PID` to standard
-///   output once the name is checked in.
+/// - `echo` (`COUNT` is the maximum message size here, 8 when absent): checks NAME in and serves it with a
+///   `RunLoopPortSource` on the main run loop: ``IPCMessage/data`` is answered with its payload (the handler's
+///   `PortReply` goes to the message's reply port), ``IPCMessage/stop`` stops the loop; the process then exits 0.
+///   It writes `ready PID` to standard output once the name is checked in.
 /// - `send`: looks NAME up, makes a ``IPCMessage/warmUp`` request, takes the clock, sends COUNT ``IPCMessage/data``
 ///   messages of SIZE bytes (8 when absent; timeout `.forever`; the first 8 bytes of the first carry the clock,
 ///   of the others their index), then makes a ``IPCMessage/done`` request and exits 0.
@@ -290,7 +290,7 @@ func waitForNoConnections(_ scenario: String) {
 /// `send` role's standard output is standard error from the start; the `echo` role's once it has said `ready`.
 func runIPCChild(_ arguments: [String]) -> Never {
     guard arguments.count >= 4, let parent = Int32(arguments[1]) else {
-        printError("usage: portloop-bench --ipc-child ROLE PARENT-PID NAMESPACE NAME [COUNT]")
+        printError("usage: portloop-bench --ipc-child ROLE PARENT-PID NAMESPACE NAME [COUNT] [SIZE]")
         exit(2)
     }
     guard bs_die_with_parent(parent) == 0 else { exit(3) } // the parent is gone already

@@ -125,7 +125,9 @@ let peersPingPongScenario = Scenario(
                                 sample: samples[5], unit: unit, short: "seqpacket", key: label))
         }
         rows += measured.withPeerRatios()
-        rows += ["PortLoop", "NIO", "gRPC unary", "gRPC stream"].map { allocs.row($0, label: label, unit: "round trip") }
+        rows += ["PortLoop", "NIO", "gRPC unary", "gRPC stream"].map {
+            allocs.row($0, label: label, unit: "round trip")
+        }
     }
     return rows + [Row(.counter, "runs repeated, the connection to the PortLoop child broke",
                        value: Double(broken.counts.values.reduce(0, +)), unit: "runs", decimals: 0)]
@@ -166,8 +168,8 @@ let peersThroughputScenario = Scenario(
         let seqpacket = size <= seqpacketLargestPayload
         if seqpacket {
             variants.append {
-                perSecond(floorNanoseconds("seqpacket throughput", bf_socket_throughput(1, UInt64(size),
-                                                                                         UInt64(messages)), per: 1) / 1e9)
+                let elapsed = bf_socket_throughput(1, UInt64(size), UInt64(messages))
+                return perSecond(floorNanoseconds("seqpacket throughput", elapsed, per: 1) / 1e9)
             }
         }
         let samples = checkingDescriptors("peers-throughput") { measureInterleaved(runs: settings.runs, variants) }

@@ -121,8 +121,8 @@ let peersClientsScenario = Scenario(
         }.withPeerRatios()
     }
     rows += kinds.map { kind, _ in
-        Row(.counter, "\(kind): server's resident set before any client", sample: Sample(values: figures[kind]!["baseline"]!),
-            unit: "bytes", decimals: 0)
+        Row(.counter, "\(kind): server's resident set before any client",
+            sample: Sample(values: figures[kind]!["baseline"]!), unit: "bytes", decimals: 0)
     }
     rows += kinds.map { kind, _ in
         Row(.counter, "\(kind): server's descriptors left after the clients went, beyond its start",
