@@ -25,7 +25,7 @@ func printError(_ text: String) {
 
 let usage = """
     usage: portloop-bench [--quick] [--json] [--runs N] [--list] [scenario ...]
-      --quick   fewer iterations per run: every scenario in under 2 minutes (figures are noisier)
+      --quick   fewer iterations per run, for a smoke test (figures are noisier)
       --json    print a JSON array of {scenario, name, kind, value, unit, min, max, runs, ratios}
                 instead of tables (keys: Benchmarks/README.md)
       --runs N  measured runs per figure, each figure being their median (default 5)
