@@ -21,7 +21,8 @@
 #                flags through DEMO_IPC_ARGS, e.g. make demo-ipc DEMO_IPC_ARGS="--kill-server-after 1"
 #   echod-test   the example daemon's suites only (EchoDaemon*: in-process clients, client processes,
 #                socket activation with Examples/systemd), with the socket activation tool required
-#   bench        the benchmarks, full runs (release build); bench-quick: fewer iterations
+#   bench        the benchmarks, full runs (release build); bench-quick: fewer iterations; bench-deps (part of
+#                bench-build): zlib1g-dev with apt-get when missing, for the gRPC peer
 #   fuzz         the C layer's fuzz harnesses (ports against a model; the wire) for FUZZ_SECONDS (600) each;
 #                fuzz-quick: 30 s and 60 s, in test
 #   leakcheck    the C send/receive/destroy stress program under AddressSanitizer + LeakSanitizer + UBSan,
@@ -55,7 +56,7 @@ STRESS_CFLAGS   = -std=gnu11 -O1 -g -Wall -Wextra -pthread -ICShims/include -ICS
 STRESS_LIBS     = $(DISPATCH_LIBS)
 SANITIZE        = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-.PHONY: all deps build test leakcheck stress-valgrind fuzz fuzz-quick bench-build bench bench-quick demo demo-ipc echod-test clean
+.PHONY: all deps build test leakcheck stress-valgrind fuzz fuzz-quick bench-deps bench-build bench bench-quick demo demo-ipc echod-test clean
 
 all: build
 
@@ -171,9 +172,19 @@ stress-valgrind: deps
 	valgrind -q --fair-sched=yes --child-silent-after-fork=yes --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible \
 	    --error-exitcode=1 $(STRESS_DIR)/pl_stress
 
+# The benchmarks' gRPC peer (grpc-swift-nio-transport) links zlib: install zlib1g-dev when its header is missing.
+bench-deps:
+	@if [ -f /usr/include/zlib.h ]; then exit 0; fi; \
+	echo "bench-deps: installing zlib1g-dev"; \
+	if [ "$$(id -u)" -eq 0 ]; then SUDO=""; \
+	elif command -v sudo >/dev/null 2>&1; then SUDO="sudo"; \
+	else echo "bench-deps: not root and no sudo: install zlib1g-dev yourself" >&2; exit 1; fi; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zlib1g-dev
+
 # SwiftPM plans a path dependency's sources only when the root package changed, so a file added to PortLoop
 # would stay unbuilt here ("cannot find ... in scope"): drop the plan, never the build products, every time.
-bench-build: deps
+bench-build: deps bench-deps
 	rm -f $(BENCH_SCRATCH)/release.yaml
 	$(SWIFT) build -c release --package-path Benchmarks --scratch-path $(BENCH_SCRATCH)
 

@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 // The PortLoop benchmarks: a separate package so that the library's own build and tests never compile
 // them. Build and run from the repository root with
 //   swift build -c release --package-path Benchmarks --scratch-path Benchmarks/.build-bench
@@ -11,6 +11,10 @@ let package = Package(
         .package(name: "PortLoop", path: "../"),
         // A peer, for the benchmarks only: SwiftNIO's EventLoop (NIOPosix's MultiThreadedEventLoopGroup).
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        // Peers across processes, for the benchmarks only: gRPC (its core and the HTTP/2 transport over NIO,
+        // which serves Unix domain sockets too). Both need swift-tools-version 6.1.
+        .package(url: "https://github.com/grpc/grpc-swift-2", from: "2.4.3"),
+        .package(url: "https://github.com/grpc/grpc-swift-nio-transport", from: "2.9.2"),
     ],
     targets: [
         // Raw C floors: the same workloads written directly on eventfds and libevent, so that each
@@ -39,6 +43,8 @@ let package = Package(
                 .product(name: "PortLoop", package: "PortLoop"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "GRPCCore", package: "grpc-swift-2"),
+                .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport"),
                 "CBenchFloors",
                 "CBenchSupport",
             ],

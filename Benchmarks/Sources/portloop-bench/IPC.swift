@@ -117,35 +117,54 @@ func primeCrossProcess() {
     }
 }
 
-/// Starts an echo child (``ChildEchoService``), runs `body` with a right to its service, then ends the child
-/// and cleans up. Every copy of the right `body` made is gone when it returns, so that the connection can go.
-/// Returns nil, whatever `body` returned, when the connection broke meanwhile.
+/// Starts an echo child (``ChildEchoService``) whose port takes `maxMessageSize` bytes, runs `body` with a right
+/// to its service, then ends the child and cleans up. Every copy of the right `body` made is gone when it
+/// returns, so that the connection can go. Returns nil, whatever `body` returned, when the connection broke
+/// meanwhile.
 @discardableResult
-func withEchoChild(_ body: (PortSendRight) -> Double?) -> Double? {
-    let echo = ChildEchoService()
+func withEchoChild(maxMessageSize: Int = 8, _ body: (PortSendRight) -> Double?) -> Double? {
+    let echo = ChildEchoService(maxMessageSize: maxMessageSize)
     let result = body(echo.right)
     let broken = echo.isBroken
     echo.finish("ipc-pingpong")
     return broken ? nil : result
 }
 
-/// Sends an 8-byte integer as an ``IPCMessage/data`` request whose reply goes to `replyPort`.
-@inline(__always)
-func sendRequestWord(_ right: PortSendRight, _ value: UInt64, replyPort: PortSendRight) {
-    withUnsafeBytes(of: value) { raw in
+/// A payload buffer of a fixed size (at least 8 bytes, zeroed) whose first 8 bytes carry a word: what a
+/// request of the cross-process scenarios sends. A class, so that a port source's handler can hold it.
+final class RequestPayload: @unchecked Sendable {
+    let bytes: UnsafeMutableRawBufferPointer
+
+    init(size: Int) {
+        precondition(size >= 8, "a request payload carries an 8-byte word")
+        bytes = .allocate(byteCount: size, alignment: 8)
+        bytes.initializeMemory(as: UInt8.self, repeating: 0)
+    }
+
+    deinit { bytes.deallocate() }
+
+    /// Sends the payload, its first 8 bytes set to `value`, as an ``IPCMessage/data`` request whose reply goes
+    /// to `replyPort`.
+    @inline(__always)
+    func send(_ right: PortSendRight, _ value: UInt64, replyPort: PortSendRight) {
+        bytes.storeBytes(of: value, as: UInt64.self)
         must("send") { () throws(PortError) in
-            try right.send(id: IPCMessage.data, payload: raw, replyPort: replyPort, timeout: .forever)
+            try right.send(id: IPCMessage.data, payload: UnsafeRawBufferPointer(bytes), replyPort: replyPort,
+                           timeout: .forever)
         }
     }
 }
 
 /// One Source1 ping-pong run across processes: as ``loopSource1PingPong(warmup:roundTrips:spin:)`` with B being
 /// the child's echo service. A's loop sends round trip 0 before it starts running; every request carries A's
-/// port as its reply port; A's handler starts the clock after `warmup` answers and stops its loop at the last.
-/// Returns nanoseconds per round trip, or nil when the connection broke (this thread looks once a second and
-/// then stops A's loop).
-func ipcLoopPingPong(_ service: PortSendRight, warmup: Int, roundTrips: Int) -> Double? {
-    let portA = must("port A") { () throws(PortError) in try PortReceiveRight(maxMessageSize: 8) }
+/// port as its reply port and `size` bytes (8 in ipc-pingpong; the service's port must take them); A's handler
+/// starts the clock after `warmup` answers and stops its loop at the last. `allocations`, when given, counts
+/// this process's allocations over the timed round trips. Returns nanoseconds per round trip, or nil when the
+/// connection broke (this thread looks once a second and then stops A's loop).
+func ipcLoopPingPong(_ service: PortSendRight, warmup: Int, roundTrips: Int, size: Int = 8,
+                     allocations: AllocationWindow? = nil) -> Double? {
+    let payload = RequestPayload(size: size)
+    let portA = must("port A") { () throws(PortError) in try PortReceiveRight(maxMessageSize: size) }
     let toA = portA.makeSendRight()
     let done = must("done port") { () throws(PortError) in try PortReceiveRight(queueLimit: 1, maxMessageSize: 1) }
     let toDone = done.makeSendRight()
@@ -154,20 +173,24 @@ func ipcLoopPingPong(_ service: PortSendRight, warmup: Int, roundTrips: Int) -> 
 
     let sourceA = RunLoopPortSource(port: portA) { message in
         let answered = loadWord(message.payload) + 1 // round trips complete
-        if answered == UInt64(warmup) { clock.start = bf_now_ns() }
+        if answered == UInt64(warmup) {
+            allocations?.begin()
+            clock.start = bf_now_ns()
+        }
         if answered == total {
             clock.end = bf_now_ns()
+            allocations?.end()
             PortRunLoop.current.stop()
             must("send done") { () throws(PortError) in try toDone.send(timeout: .poll) }
             return nil
         }
-        sendRequestWord(service, answered, replyPort: toA)
+        payload.send(service, answered, replyPort: toA)
         return nil
     }
     let threadA = LoopThread { loop in
         mustLoop("add source A") { () throws(RunLoopError) in try loop.add(sourceA, mode: .default) }
         clock.start = bf_now_ns() // replaced after the warm-up, if any
-        sendRequestWord(service, 0, replyPort: toA)
+        payload.send(service, 0, replyPort: toA)
     }
     let finished = waitOrBreak(done, service)
     if !finished { threadA.loop.stop() }
@@ -258,7 +281,11 @@ final class IPCSink: @unchecked Sendable {
     var end: Int64 = 0
     var sleeps = 0
     var sleepsAtStart = 0
-    init(messages: Int) { self.messages = messages }
+    let allocations: AllocationWindow?
+    init(messages: Int, allocations: AllocationWindow? = nil) {
+        self.messages = messages
+        self.allocations = allocations
+    }
 
     /// Handles one message: counts ``IPCMessage/data`` (the first carries the sender's clock), answers the
     /// warm-up and done requests. Returns the reply id to send, if any, and whether the run is over.
@@ -270,8 +297,12 @@ final class IPCSink: @unchecked Sendable {
             if count == 1 {
                 start = Int64(word)
                 sleepsAtStart = sleeps
+                allocations?.begin()
             }
-            if count == messages { end = bf_now_ns() }
+            if count == messages {
+                end = bf_now_ns()
+                allocations?.end()
+            }
             return (nil, false)
         case IPCMessage.warmUp: return (IPCMessage.warmUp + 100, false)
         case IPCMessage.done: return (IPCMessage.done + 100, true)
@@ -281,15 +312,18 @@ final class IPCSink: @unchecked Sendable {
 }
 
 /// One ipc-throughput run: this process checks the service in (queue limit 1024) and receives on a loop
-/// thread's `RunLoopPortSource` (`loop`) or on a plain thread in `receive(into:)`; a child sends `messages`.
-/// Returns the time from the child's first timed send to the last message's arrival at the handler (or the
-/// receive), and (for the loop) how many passes slept meanwhile.
-func ipcSinkThroughput(messages: Int, loop: Bool) -> (seconds: Double, sleeps: Int) {
+/// thread's `RunLoopPortSource` (`loop`) or on a plain thread in `receive(into:)`; a child sends `messages` of
+/// `size` bytes. `allocations`, when given, counts this process's allocations from the first message to the
+/// last. Returns the time from the child's first timed send to the last message's arrival at the handler (or
+/// the receive), and (for the loop) how many passes slept meanwhile.
+func ipcSinkThroughput(messages: Int, loop: Bool, size: Int = 8,
+                       allocations: AllocationWindow? = nil) -> (seconds: Double, sleeps: Int) {
     let space = TemporaryNamespace()
-    let sink = IPCSink(messages: messages)
+    let sink = IPCSink(messages: messages, allocations: allocations)
     do {
         let port = must("checkIn") { () throws(PortError) in
-            try space.namespace.checkIn(ipcServiceName, queueLimit: PortReceiveRight.maxQueueLimit, maxMessageSize: 8)
+            try space.namespace.checkIn(ipcServiceName, queueLimit: PortReceiveRight.maxQueueLimit,
+                                        maxMessageSize: size)
         }
         if loop {
             let source = RunLoopPortSource(port: port) { message in
@@ -305,7 +339,7 @@ func ipcSinkThroughput(messages: Int, loop: Bool) -> (seconds: Double, sleeps: I
                     try loop.add(observer, mode: .default)
                 }
             }
-            let child = BenchChild(role: "send", [space.path, ipcServiceName, "\(messages)"])
+            let child = BenchChild(role: "send", [space.path, ipcServiceName, "\(messages)", "\(size)"])
             let status = child.finish(within: 600)
             if status != 0 { consumer.loop.stop() }
             consumer.join()
@@ -314,12 +348,12 @@ func ipcSinkThroughput(messages: Int, loop: Bool) -> (seconds: Double, sleeps: I
         } else {
             let shared = SharedReceiveRight(port)
             let receiver = JoinableThread {
-                withUnsafeTemporaryAllocation(byteCount: 8, alignment: 8) { buffer in
+                withUnsafeTemporaryAllocation(byteCount: size, alignment: 8) { buffer in
                     while true {
                         let header = must("receive(into:)") { () throws(PortError) in
                             try shared.right.receive(into: buffer, timeout: .seconds(60))
                         }
-                        let word = header.size == 8 ? buffer.load(as: UInt64.self) : 0
+                        let word = header.size >= 8 ? buffer.load(as: UInt64.self) : 0
                         let (reply, over) = sink.handle(id: header.id, word: word)
                         if let reply, let replyPort = header.replyPort {
                             must("reply") { () throws(PortError) in
@@ -330,7 +364,7 @@ func ipcSinkThroughput(messages: Int, loop: Bool) -> (seconds: Double, sleeps: I
                     }
                 }
             }
-            let child = BenchChild(role: "send", [space.path, ipcServiceName, "\(messages)"])
+            let child = BenchChild(role: "send", [space.path, ipcServiceName, "\(messages)", "\(size)"])
             let status = child.finish(within: 600)
             guard status == 0 else { fatalError("ipc-throughput: the sending child failed") }
             receiver.join()

@@ -8,7 +8,7 @@ import CBenchSupport
 import PortLoop
 
 // The other process of the cross-process scenarios (IPC.swift): this same executable started again with a hidden
-// first argument, `portloop-bench --ipc-child ROLE PARENT-PID NAMESPACE NAME [COUNT]` (main.swift hands it to
+// first argument, `portloop-bench --ipc-child ROLE PARENT-PID NAMESPACE NAME [COUNT] [SIZE]` (main.swift hands it to
 // `runIPCChild` before anything else runs), by posix_spawn from the scenario's thread (the main thread) and
 // reaped with waitpid. Foundation's Process is not used: its waitUntilExit looks for the exit every 50 ms. Every
 // run makes its own namespace directory (mkdtemp under /tmp) and child, and removes both; the child dies with
@@ -58,16 +58,7 @@ final class TemporaryNamespace {
     /// `killed`: the service's process was killed, so its socket file is expected too.
     @discardableResult
     func remove(_ scenario: String, killed: Bool = false) -> [String] {
-        var left: [String] = []
-        if let directory = opendir(path) {
-            while let entry = readdir(directory) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-                }
-                if name != "." && name != ".." { left.append(name) }
-            }
-            closedir(directory)
-        }
+        let left = directoryEntries(path)
         for name in left { unlink(path + "/" + name) }
         if rmdir(path) != 0 { printError("warning: \(scenario): cannot remove \(path): errno \(errno)") }
         let unexpected = left.filter { $0 != ".\(ipcServiceName).lock" && !(killed && $0 == ipcServiceName) }
@@ -76,34 +67,76 @@ final class TemporaryNamespace {
     }
 }
 
+/// The names in a directory but `.` and `..`; none if it cannot be read.
+func directoryEntries(_ path: String) -> [String] {
+    guard let directory = opendir(path) else { return [] }
+    defer { closedir(directory) }
+    var names: [String] = []
+    while let entry = readdir(directory) {
+        let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+            String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+        }
+        if name != "." && name != ".." { names.append(name) }
+    }
+    return names
+}
+
 /// A child process of this executable in an `--ipc-child` role. Its standard output is a pipe read line by
-/// line, its standard input /dev/null, its standard error this process's.
+/// line, its standard input /dev/null or (`input`) a pipe written by ``tell(_:)``, its standard error this
+/// process's.
 final class BenchChild {
     let pid: pid_t
     private let output: Int32
+    private var input: Int32 = -1
     private var pending: [UInt8] = []
     private var reaped = false
 
-    init(role: String, _ arguments: [String]) {
+    init(role: String, _ arguments: [String], input wantsInput: Bool = false) {
         var fds: [Int32] = [-1, -1]
         precondition(pipe(&fds) == 0, "pipe failed: errno \(errno)")
         for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) } // only the dup2'd copy reaches the child
+        var inputFDs: [Int32] = [-1, -1]
+        if wantsInput {
+            precondition(pipe(&inputFDs) == 0, "pipe failed: errno \(errno)")
+            for fd in inputFDs { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        if wantsInput {
+            posix_spawn_file_actions_adddup2(&actions, inputFDs[0], 0)
+        } else {
+            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        }
         posix_spawn_file_actions_adddup2(&actions, fds[1], 1)
         let argv = ([benchExecutablePath, "--ipc-child", role, "\(getpid())"] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         var child: pid_t = 0
         let status = posix_spawn(&child, benchExecutablePath, &actions, nil, argv, environ)
         close(fds[1])
+        if wantsInput { close(inputFDs[0]) }
         guard status == 0 else {
             close(fds[0])
+            if wantsInput { close(inputFDs[1]) }
             fatalError("posix_spawn \(benchExecutablePath) failed: errno \(status)")
         }
         pid = child
         output = fds[0]
+        input = inputFDs[1]
+    }
+
+    /// Writes a line to the child's standard input (a child started with `input: true`).
+    func tell(_ text: String) {
+        precondition(input >= 0, "the child has no input pipe")
+        var line = text + "\n"
+        let written = line.withUTF8 { bytes in write(input, bytes.baseAddress, bytes.count) }
+        if written != line.utf8.count { printError("warning: writing to child \(pid) failed: errno \(errno)") }
+    }
+
+    /// Closes the child's standard input: it reads end of file, which tells a child serving until then to go.
+    func closeInput() {
+        if input >= 0 { close(input) }
+        input = -1
     }
 
     /// The next line the child writes, or nil when it closes its output or `seconds` pass first.
@@ -157,6 +190,7 @@ final class BenchChild {
     }
 
     deinit {
+        closeInput()
         if !reaped { finish(within: 0, warn: false) }
         close(output)
     }
@@ -169,8 +203,9 @@ final class ChildEchoService {
     let child: BenchChild
     private(set) var service: PortSendRight?
 
-    init() {
-        child = BenchChild(role: "echo", [space.path, ipcServiceName])
+    /// `maxMessageSize`: the service port's (the payload the run bounces; 8 for ipc-pingpong).
+    init(maxMessageSize: Int = 8) {
+        child = BenchChild(role: "echo", [space.path, ipcServiceName, "\(maxMessageSize)"])
         guard let line = child.readLine(within: 30), line.hasPrefix("ready") else {
             child.finish(within: 0)
             space.remove("ipc child")
@@ -239,21 +274,23 @@ func waitForNoConnections(_ scenario: String) {
 
 // MARK: - The child
 
-/// The child's side (`--ipc-child ROLE PARENT-PID NAMESPACE NAME [COUNT]`); never returns. Roles:
+/// The child's side (`--ipc-child ROLE PARENT-PID NAMESPACE NAME [COUNT] [SIZE]`); never returns. Roles:
 ///
-/// - `echo`: checks NAME in (maximum message size 8) and serves it with a `RunLoopPortSource` on the main run
-///   loop: ``IPCMessage/data`` is answered with its payload (the handler's `PortReply` goes to the message's
-///   reply port), ``IPCMessage/stop`` stops the loop; the process then exits 0. It writes `ready PID` to standard
-///   output once the name is checked in.
-/// - `send`: looks NAME up, makes a ``IPCMessage/warmUp`` request, takes the clock, sends COUNT 8-byte
-///   ``IPCMessage/data`` messages (timeout `.forever`; the first carries the clock, the others their index),
-///   then makes a ``IPCMessage/done`` request and exits 0.
+/// - `echo` (`COUNT` is the maximum message size here, 8 when absent): checks NAME in and serves it with a
+///   `RunLoopPortSource` on the main run loop: ``IPCMessage/data`` is answered with its payload (the handler's
+///   `PortReply` goes to the message's reply port), ``IPCMessage/stop`` stops the loop; the process then exits 0.
+///   It writes `ready PID` to standard output once the name is checked in.
+/// - `send`: looks NAME up, makes a ``IPCMessage/warmUp`` request, takes the clock, sends COUNT ``IPCMessage/data``
+///   messages of SIZE bytes (8 when absent; timeout `.forever`; the first 8 bytes of the first carry the clock,
+///   of the others their index), then makes a ``IPCMessage/done`` request and exits 0.
+/// - The roles of the peers scenarios (NIO and gRPC servers and senders, the `peers-clients` servers and
+///   clients): ``runPeerChild(_:_:)``, which takes NAMESPACE as a directory and NAME as a socket file in it.
 ///
 /// Failures end the child with a message on standard error and a status other than 0, which fails the run. The
 /// `send` role's standard output is standard error from the start; the `echo` role's once it has said `ready`.
 func runIPCChild(_ arguments: [String]) -> Never {
     guard arguments.count >= 4, let parent = Int32(arguments[1]) else {
-        printError("usage: portloop-bench --ipc-child ROLE PARENT-PID NAMESPACE NAME [COUNT]")
+        printError("usage: portloop-bench --ipc-child ROLE PARENT-PID NAMESPACE NAME [COUNT] [SIZE]")
         exit(2)
     }
     guard bs_die_with_parent(parent) == 0 else { exit(3) } // the parent is gone already
@@ -261,44 +298,43 @@ func runIPCChild(_ arguments: [String]) -> Never {
     let name = arguments[3]
     switch arguments[0] {
     case "echo":
-        serveEcho(namespace, name)
+        let size = arguments.count >= 5 ? Int(arguments[4]) ?? 0 : 8
+        guard size >= 8 else {
+            printError("echo: the maximum message size must be a number of at least 8")
+            exit(2)
+        }
+        serveEcho(namespace, name, maxMessageSize: size)
     case "send":
         dup2(STDERR_FILENO, STDOUT_FILENO)
-        guard arguments.count == 5, let count = Int(arguments[4]), count > 0 else {
+        guard arguments.count >= 5, let count = Int(arguments[4]), count > 0 else {
             printError("send: COUNT missing")
             exit(2)
         }
-        sendMessages(namespace, name, count: count)
+        let size = arguments.count >= 6 ? Int(arguments[5]) ?? 0 : 8
+        guard size >= 8 else {
+            printError("send: SIZE must be a number of at least 8")
+            exit(2)
+        }
+        sendMessages(namespace, name, count: count, size: size)
     default:
-        printError("unknown --ipc-child role \(arguments[0])")
-        exit(2)
+        runPeerChild(arguments[0], Array(arguments.dropFirst(2)))
     }
     exit(0)
 }
 
 /// Writes a line to standard output at once (the parent reads it through a pipe).
-private func childSay(_ text: String) {
+func childSay(_ text: String) {
     var line = text + "\n"
     line.withUTF8 { bytes in _ = write(STDOUT_FILENO, bytes.baseAddress, bytes.count) }
 }
 
 /// The `echo` role. Returns when stopped, after dropping the source and with it the port (which withdraws the
 /// name and removes its socket file).
-private func serveEcho(_ namespace: PortNamespace, _ name: String) {
+private func serveEcho(_ namespace: PortNamespace, _ name: String, maxMessageSize: Int) {
     let port = must("checkIn") { () throws(PortError) in
-        try namespace.checkIn(name, queueLimit: 64, maxMessageSize: 8)
+        try namespace.checkIn(name, queueLimit: 64, maxMessageSize: maxMessageSize)
     }
-    let source = RunLoopPortSource(port: port) { message in
-        switch message.id {
-        case IPCMessage.data:
-            return PortReply(id: IPCMessage.data + 100, bytes: message.payload)
-        case IPCMessage.stop:
-            PortRunLoop.current.stop()
-            return nil
-        default:
-            fatalError("echo: unexpected message id \(message.id)")
-        }
-    }
+    let source = echoPortSource(port)
     let loop = PortRunLoop.current
     mustLoop("add source") { () throws(RunLoopError) in try loop.add(source, mode: .default) }
     childSay("ready \(getpid())")
@@ -309,13 +345,30 @@ private func serveEcho(_ namespace: PortNamespace, _ name: String) {
     source.invalidate()
 }
 
+/// The echo service's source: ``IPCMessage/data`` is answered with its payload (the handler's `PortReply` goes to
+/// the message's reply port), ``IPCMessage/stop`` stops the loop.
+func echoPortSource(_ port: consuming PortReceiveRight) -> RunLoopPortSource {
+    RunLoopPortSource(port: port) { message in
+        switch message.id {
+        case IPCMessage.data:
+            return PortReply(id: IPCMessage.data + 100, bytes: message.payload)
+        case IPCMessage.stop:
+            PortRunLoop.current.stop()
+            return nil
+        default:
+            fatalError("echo: unexpected message id \(message.id)")
+        }
+    }
+}
+
 /// The `send` role.
-private func sendMessages(_ namespace: PortNamespace, _ name: String, count: Int) {
+private func sendMessages(_ namespace: PortNamespace, _ name: String, count: Int, size: Int) {
     let service = must("lookUp") { () throws(PortError) in try namespace.lookUp(name, timeout: .seconds(10)) }
     _ = must("warm-up request") { () throws(PortError) in
         try service.request(id: IPCMessage.warmUp, timeout: .seconds(30))
     }
-    withUnsafeTemporaryAllocation(byteCount: 8, alignment: 8) { buffer in
+    withUnsafeTemporaryAllocation(byteCount: size, alignment: 8) { buffer in
+        buffer.initializeMemory(as: UInt8.self, repeating: 0)
         buffer.storeBytes(of: UInt64(bf_now_ns()), as: UInt64.self) // the first message: the start
         for index in 0..<count {
             if index > 0 { buffer.storeBytes(of: UInt64(index), as: UInt64.self) }

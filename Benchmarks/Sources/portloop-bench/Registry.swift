@@ -1,6 +1,6 @@
 /// What a scenario is given: how hard to try.
 struct Settings: Sendable {
-    /// `--quick`: fewer iterations, for a smoke test (the whole run stays under 2 minutes). Figures are noisier.
+    /// `--quick`: fewer iterations, for a smoke test. Figures are noisier.
     var quick = false
     /// How many measured runs each figure is the median of (`--runs`, at least 5 by default).
     var runs = 5
@@ -109,4 +109,7 @@ let allScenarios: [Scenario] = [
     allocsScenario,
     ipcPingPongScenario,
     ipcThroughputScenario,
+    peersPingPongScenario,
+    peersThroughputScenario,
+    peersClientsScenario,
 ]

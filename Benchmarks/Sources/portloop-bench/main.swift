@@ -25,7 +25,7 @@ func printError(_ text: String) {
 
 let usage = """
     usage: portloop-bench [--quick] [--json] [--runs N] [--list] [scenario ...]
-      --quick   fewer iterations per run: every scenario in under 2 minutes (figures are noisier)
+      --quick   fewer iterations per run, for a smoke test (figures are noisier)
       --json    print a JSON array of {scenario, name, kind, value, unit, min, max, runs, ratios}
                 instead of tables (keys: Benchmarks/README.md)
       --runs N  measured runs per figure, each figure being their median (default 5)
@@ -75,6 +75,7 @@ if selected.isEmpty { selected = allScenarios }
 // first time a loop is used; do that now, so that the scenarios' descriptor checks see only what a run leaks.
 CFLoopThread().stop()
 NIOLoops(threads: 1).shutDown()
+primeNIOSingletonGroup() // the gRPC peers run on it; it lives as long as the process
 let primed = Latch<Bool>()
 DispatchQueue(label: "portloop-bench.prime").async { primed.set(true) } // async: starts libdispatch's workers
 _ = primed.wait()
@@ -84,6 +85,9 @@ for scenario in selected {
     if json { printError("running \(scenario.name)…") }
     let rows = scenario.run(settings)
     results.append((scenario.name, rows))
-    if !json { print(renderTable(scenario: scenario, rows: rows, settings: settings)) }
+    if !json {
+        print(renderTable(scenario: scenario, rows: rows, settings: settings))
+        fflush(nil) // a later scenario that fails must not take this one's table with it
+    }
 }
 if json { print(renderJSON(results)) }

@@ -45,6 +45,17 @@ int64_t bf_seqpacket_pingpong(uint64_t warmup, uint64_t round_trips);
  *  packet from the caller) to the caller's last receive. */
 int64_t bf_seqpacket_throughput(uint64_t messages);
 
+/** Two processes ping-pong messages of `size` bytes (at least 8) with blocking send/recv on a socketpair: one
+ *  packet per message on SOCK_SEQPACKET (`seqpacket` nonzero; the size must fit the socket's send buffer), a
+ *  4-byte length and the payload on SOCK_STREAM. The caller forks a child that echoes until end of file.
+ *  Returns the nanoseconds taken by `round_trips` round trips (after `warmup` untimed ones). */
+int64_t bf_socket_pingpong(int seqpacket, uint64_t size, uint64_t warmup, uint64_t round_trips);
+
+/** One-way: a forked child sends `messages` messages of `size` bytes on a socketpair (framed as in
+ *  bf_socket_pingpong), the caller receives them. Returns the nanoseconds from the child's first send (after a
+ *  go message from the caller) to the caller's last receive. */
+int64_t bf_socket_throughput(int seqpacket, uint64_t size, uint64_t messages);
+
 /** CLOCK_MONOTONIC in nanoseconds, the clock every floor uses. */
 int64_t bf_now_ns(void);
 

@@ -57,6 +57,10 @@ int64_t bs_thread_context_switches(int32_t tid);
  *  failed or `parent` is no longer the parent (it is gone already). */
 int bs_die_with_parent(int32_t parent);
 
+/** fork(2), for the peers-clients scenario's client processes (forked from a process that has started no thread
+ *  yet). Returns the child's pid in the parent, 0 in the child, -1 with errno set. */
+int32_t bs_fork(void);
+
 #ifdef __cplusplus
 }
 #endif
