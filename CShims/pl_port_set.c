@@ -261,7 +261,9 @@ pl_status_t pl_port_set_insert(pl_port_set_t *set, pl_port_t *port) {
             m->next_of_port = port->memberships;
             port->memberships = m;
             atomic_store_explicit(&port->last_feeder, NULL, memory_order_relaxed); /* a new set to teach */
-            if (port->count > 0) pl_port_set_mark_ready_locked(m, false, &wakes);
+            /* Ready at once with messages, or with none that can ever come (its last right went before it
+             * joined: the release found no set to tell). */
+            if (port->count > 0 || pl_port_senderless_locked(port)) pl_port_set_mark_ready_locked(m, false, &wakes);
         }
     }
     pthread_mutex_unlock(&port->lock);

@@ -1328,6 +1328,11 @@ static void *nt_canceller(void *raw) {
     return NULL;
 }
 
+static void *nt_release_one(void *raw) {
+    CHECK_OK(pl_port_release_send(raw));
+    return NULL;
+}
+
 static uint64_t nt_word(const unsigned char *bytes, int index) {
     uint64_t value = 0;
     for (int i = 0; i < 8; i++) value |= (uint64_t)bytes[index * 8 + i] << (8 * i);
@@ -1404,6 +1409,29 @@ static void scenario_notifications(void) {
     pl_notification_release(request);
     CHECK_OK(pl_port_release_send(dead));
     CHECK_OK(pl_port_destroy(port)); /* the notice still queued goes with it */
+
+    /* A port told to wake on no senders whose last right goes just before, or while, it joins a set: the set
+     * reports it at once (as an async request's reply port is parked in a set after a poll found it empty). */
+    for (int round = 0; round < 300; round++) {
+        pl_port_set_t *set = new_set();
+        pl_port_t *reply = new_port(1);
+        pl_port_set_no_senders_wakes(reply, 1);
+        CHECK_OK(pl_port_make_send(reply));
+        pthread_t releaser;
+        if (round % 2 == 0) {
+            CHECK_OK(pl_port_release_send(reply));
+        } else {
+            start_thread(&releaser, nt_release_one, reply);
+        }
+        CHECK_OK(pl_port_set_insert(set, reply));
+        if (round % 2 == 1) pthread_join(releaser, NULL);
+        int64_t started = now_ns();
+        pl_received_t out;
+        CHECK_STATUS(pl_port_set_receive(set, &out, NULL, 0, 5000 * MS), PL_ERR_NO_SENDERS);
+        CHECK(now_ns() - started < 4000 * MS);
+        pl_port_set_release(set);
+        CHECK_OK(pl_port_destroy(reply));
+    }
 }
 
 static void scenario_fork_child(void) { run_in_own_process(fork_child_body); }
