@@ -82,15 +82,29 @@ static int pl_conn_sendmsg(int fd, const uint8_t *bytes, size_t length, const in
     }
 }
 
+/* A frame without descriptors joins the last queued one when the peer reads packed packets and there is room:
+ * a backlog then leaves in a few large packets, a system call and a wake-up of the reader for many messages
+ * instead of one each. Packets are allocated this large (or the frame's size, if larger). */
+#define PL_CONN_PACK_BYTES 16384u
+
 /* Appends a copy of a frame to the outgoing queue (write_lock held); the descriptors are duplicated, since the
- * caller's go back to it. false: out of memory or descriptors. */
+ * caller's go back to it. out_bytes counts what the queue allocated, so packing never lets it hold more memory
+ * than its limits say. false: out of memory or descriptors. */
 static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size_t length, const int *fds,
                                        uint32_t fd_count) {
-    pl_out_frame_t *frame = malloc(sizeof *frame + length);
+    bool packs = fd_count == 0 && atomic_load_explicit(&conn->packs, memory_order_acquire);
+    pl_out_frame_t *tail = conn->out_tail;
+    if (packs && tail != NULL && tail->fd_count == 0 && tail->capacity - tail->length >= length) {
+        memcpy(tail->bytes + tail->length, bytes, length);
+        tail->length += length;
+        return true;
+    }
+    size_t capacity = packs && length < PL_CONN_PACK_BYTES ? PL_CONN_PACK_BYTES : length;
+    pl_out_frame_t *frame = malloc(sizeof *frame + capacity);
     if (frame == NULL) return false;
     frame->next = NULL;
     frame->length = length;
-    frame->sent = 0;
+    frame->capacity = capacity;
     frame->fd_count = 0;
     for (uint32_t i = 0; i < fd_count; i++) {
         int copy = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
@@ -104,7 +118,7 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *bytes, si
     memcpy(frame->bytes, bytes, length);
     if (conn->out_tail != NULL) conn->out_tail->next = frame; else conn->out_head = frame;
     conn->out_tail = frame;
-    conn->out_bytes += length;
+    conn->out_bytes += capacity;
     atomic_store_explicit(&conn->backlogged, true, memory_order_release);
     return true;
 }
@@ -147,7 +161,7 @@ void pl_conn_flush_outgoing(pl_conn_t *conn) {
         }
         conn->out_head = frame->next;
         if (conn->out_head == NULL) conn->out_tail = NULL;
-        conn->out_bytes -= frame->length;
+        conn->out_bytes -= frame->capacity;
         for (uint32_t i = 0; i < frame->fd_count; i++) close(frame->fds[i]);
         free(frame);
     }

@@ -192,6 +192,7 @@ static bool pl_receive_hello(pl_conn_t *conn, const pl_wire_hello_t *hello, cons
         conn->hello_received = true;
         conn->hello_status = hello->status;
         conn->peer_version = hello->version;
+        if (hello->version >= PL_WIRE_VERSION_PACKED) atomic_store_explicit(&conn->packs, true, memory_order_release);
     }
     pthread_mutex_unlock(&conn->lock);
     pthread_cond_broadcast(&conn->changed);
@@ -233,6 +234,25 @@ bool pl_conn_receive_frame(pl_conn_t *conn, const uint8_t *packet, size_t length
     return ok;
 }
 
+bool pl_conn_receive_packet(pl_conn_t *conn, const uint8_t *packet, size_t length, int *fds, uint32_t fd_count,
+                            const char **reason) {
+    if (fd_count > 0 || !conn->hello_received || conn->peer_version < PL_WIRE_VERSION_PACKED) {
+        return pl_conn_receive_frame(conn, packet, length, fds, fd_count, reason);
+    }
+    /* Frames back to back (one frame is the same case), each checked as a packet of its own would be. */
+    size_t at = 0;
+    while (at < length) {
+        size_t frame_length = pl_wire_frame_length(packet + at, length - at);
+        if (frame_length == 0) {
+            *reason = "packet: a frame runs past its end";
+            return false;
+        }
+        if (!pl_conn_receive_frame(conn, packet + at, frame_length, fds, 0, reason)) return false;
+        at += frame_length;
+    }
+    return true;
+}
+
 /* Handles one packet read with its control messages. false: the end (*why set). */
 static bool pl_handle_packet(pl_conn_t *conn, uint8_t *packet, size_t length, struct msghdr *msg, const char **why) {
     /* Descriptors first: whatever happens to the frame, none may leak. */
@@ -249,7 +269,7 @@ static bool pl_handle_packet(pl_conn_t *conn, uint8_t *packet, size_t length, st
     else if (extra_fds) reason = "frame: too many descriptors";
     if (reason != NULL) {
         for (uint32_t k = 0; k < fd_count; k++) close(fds[k]);
-    } else if (pl_conn_receive_frame(conn, packet, length, fds, fd_count, &reason)) {
+    } else if (pl_conn_receive_packet(conn, packet, length, fds, fd_count, &reason)) {
         if (awaiting_hello) pl_cmsg_ask_credentials(conn->fd, false); /* the hello was all we needed */
         return true;
     }

@@ -117,7 +117,7 @@ typedef struct pl_proxy {
 
 typedef struct pl_out_frame {
     struct pl_out_frame *next;
-    size_t length, sent;      /* a frame is written whole: sent is 0 until it goes */
+    size_t length, capacity;  /* bytes held (one frame, or several packed), bytes allocated */
     int fds[PL_WIRE_MAX_ATTACHMENTS];
     uint32_t fd_count;
     uint8_t bytes[];
@@ -149,6 +149,7 @@ struct pl_conn {
     size_t out_bytes;
     bool want_writable;       /* the transport watches for EPOLLOUT */
     atomic_bool backlogged;   /* out_head != NULL, readable without the write lock */
+    atomic_bool packs;        /* the peer reads several frames from a packet (wire version 3) */
 
     pthread_mutex_t lock;
     pthread_cond_t changed;   /* credit came, the connection died, the handshake finished */
@@ -217,9 +218,13 @@ typedef enum pl_read_result {
 /* Reads and handles up to about `budget` frames (read_lock held) into `buffer` (PL_READ_BATCH frames' room). */
 pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why);
 
-/* Handles one received packet (the reader). false: the peer broke the protocol (reason set). */
+/* Handles one received frame (the reader). false: the peer broke the protocol (reason set). */
 bool pl_conn_receive_frame(pl_conn_t *conn, const uint8_t *packet, size_t length, int *fds, uint32_t fd_count,
                            const char **reason);
+/* Handles one packet: a frame, or (from a peer that said version 3, no descriptors beside it) frames back to back,
+ * each through pl_conn_receive_frame. false: the first refused ends it (reason set), as for a frame. */
+bool pl_conn_receive_packet(pl_conn_t *conn, const uint8_t *packet, size_t length, int *fds, uint32_t fd_count,
+                            const char **reason);
 /* Ends the connection: proxies become dead names, exports are dropped, waiters wake. The transport thread. */
 void pl_conn_teardown(pl_conn_t *conn, const char *why);
 

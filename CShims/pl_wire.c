@@ -237,6 +237,13 @@ static bool pl_decode_status(const uint8_t *body, size_t size, pl_wire_frame_t *
     return true;
 }
 
+size_t pl_wire_frame_length(const uint8_t *bytes, size_t remaining) {
+    if (remaining < PL_WIRE_HEADER_SIZE) return 0;
+    uint32_t length = pl_get32(bytes + 4);
+    if (length < PL_WIRE_HEADER_SIZE || length > remaining || length > PL_WIRE_MAX_FRAME) return 0;
+    return length;
+}
+
 bool pl_wire_decode(const uint8_t *packet, size_t length, uint32_t fd_count, pl_wire_frame_t *frame,
                     const char **reason) {
     *reason = NULL;

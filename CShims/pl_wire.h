@@ -1,7 +1,8 @@
 /*
  * pl_wire.h — the frames two processes exchange over a connection's SOCK_SEQPACKET socket. Not public API.
  *
- * One frame is one packet. Integers are fixed-width little-endian. Every frame starts with an 8-byte header
+ * A frame is one packet, or (version 3, between peers that both say 3) one of several frames back to back in a
+ * packet that carries no descriptors: a sender that has a backlog packs it. Integers are fixed-width little-endian. Every frame starts with an 8-byte header
  * (type, flags, a reserved zero, the frame's length, which must equal the packet's). The first frame in each
  * direction is HELLO (magic, version; the service's carries the service port's right and its status). After
  * it: MESSAGE (a port message or a fragment of one), and the control frames that keep rights and queue room
@@ -24,8 +25,9 @@
 #include <stdint.h>
 
 #define PL_WIRE_MAGIC 0x50494c50u      /* the bytes "PLIP" */
-#define PL_WIRE_VERSION 2u           /* what this side says in its HELLO */
+#define PL_WIRE_VERSION 3u           /* what this side says in its HELLO */
 #define PL_WIRE_VERSION_MIN 1u       /* the oldest a peer may say: version 1 has everything but PROBE / STATUS */
+#define PL_WIRE_VERSION_PACKED 3u    /* from version 3 a packet without descriptors may hold several frames */
 #define PL_WIRE_MAX_FRAME 65536u       /* largest frame either side sends or accepts, header included */
 #define PL_WIRE_MAX_ATTACHMENTS 64u    /* rights and descriptors per message, the reply right not counted */
 #define PL_WIRE_HANDLE_NONE 0xffffffffu /* never a handle, nor is 0: handles are 1 … 2^32 - 2 */
@@ -134,6 +136,10 @@ typedef struct pl_wire_frame {
  */
 bool pl_wire_decode(const uint8_t *packet, size_t length, uint32_t fd_count, pl_wire_frame_t *frame,
                     const char **reason);
+
+/* The length of the frame that starts `bytes` (the first of `remaining` bytes of a packed packet), as its header
+ * says; 0 when no whole frame with a sane length starts there. pl_wire_decode checks the rest. */
+size_t pl_wire_frame_length(const uint8_t *bytes, size_t remaining);
 
 /* The i-th attachment of a decoded message (i < attachment_count; validated by pl_wire_decode). */
 pl_wire_right_t pl_wire_right_at(const pl_wire_message_t *message, uint32_t i);

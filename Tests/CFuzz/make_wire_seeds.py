@@ -95,6 +95,17 @@ seeds = {
         (0, message(1, 14, b"between probes")),
         (0, probe(3, 1000, padding=0)),
     ]),
+    "service-version-3-packed": conversation(True, [
+        (0, hello(version=3)),
+        (0, message(1, 7, b"one") + message(1, 8, b"two") + control(WANT, 1, 1) + message(1, 9, b"three")),
+        (0, message(1, 10, b"A" * 300, total=500, more=True) + message(1, 10, b"B" * 200, total=500, offset=300)),
+        (0, message(1, 11, b"whole") + message(1, 12, b"cut short")[:20]),
+    ]),
+    "client-version-3-packed": conversation(False, [
+        (0, hello(0, right(SENDERS, 1, 2, 1024), version=3)),
+        (0, control(CREDIT, 1, 3) + message(1, 13, b"to the client's own port") + control(RECLAIM, 1)),
+        (0, status(1) + control(DEAD, 1)),
+    ]),
     "client-status": conversation(False, [
         (0, hello(0, right(SENDERS, 1, 2, 1024))),
         (0, status(1)),

@@ -10,7 +10,8 @@
  * service's hello, with the service port's right). The connection runs on one end of a socketpair with a port
  * of its own exported as handle 1 (queue limit 4, payloads up to 1024 bytes, 2 credits lent), exactly as a
  * service's connection is after its hello; the other end is drained and dropped. Each packet goes through
- * pl_conn_receive_frame, as the transport thread hands it over, with fd_count fresh descriptors beside it;
+ * pl_conn_receive_packet, as the reader hands it over (several frames back to back once the peer's hello said
+ * version 3 and no descriptors came), with fd_count fresh descriptors beside it;
  * the first packet refused ends the input, as a disconnection would. Between packets the port is drained.
  * A service's connection belongs to a service of that port which welcomed the peer, so that PROBE is answered
  * (when the peer's hello said version 2); a client's connection has a status query waiting for STATUS 1
@@ -135,13 +136,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const char *reason;
         if (pl_wire_decode(packet, length, fd_count, &frame, &reason)) check_round_trip(packet, length, &frame);
         else if (reason == NULL) fail("a refusal without a reason");
+        /* A packed packet's frames, one by one, as the connection will take them. */
+        for (size_t inner = 0, frame_length; inner < length; inner += frame_length) {
+            frame_length = pl_wire_frame_length(packet + inner, length - inner);
+            if (frame_length == 0) break;
+            if (frame_length > length - inner) fail("a frame length past the packet");
+            if (pl_wire_decode(packet + inner, frame_length, 0, &frame, &reason)) {
+                check_round_trip(packet + inner, frame_length, &frame);
+            }
+        }
 
         int fds[3];
         for (uint32_t i = 0; i < fd_count; i++) {
             fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
             if (fds[i] < 0) fail("open");
         }
-        bool ok = pl_conn_receive_frame(conn, packet, length, fds, fd_count, &reason);
+        bool ok = pl_conn_receive_packet(conn, packet, length, fds, fd_count, &reason);
         drain_port(port);
         drain_socket(pair[1]);
         if (!ok) {
