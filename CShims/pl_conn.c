@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -85,7 +86,7 @@ static int pl_conn_sendmsg(int fd, const uint8_t *bytes, size_t length, const in
 /* A frame without descriptors joins the last queued one when the peer reads packed packets and there is room:
  * a backlog then leaves in a few large packets, a system call and a wake-up of the reader for many messages
  * instead of one each. Packets are allocated this large (or the frame's size, if larger). */
-#define PL_CONN_PACK_BYTES 16384u
+#define PL_CONN_PACK_BYTES 65536u
 
 /* Appends a copy of a frame to the outgoing queue (write_lock held); the descriptors are duplicated, since the
  * caller's go back to it. out_bytes counts what the queue allocated, so packing never lets it hold more memory
@@ -99,7 +100,8 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *bytes, si
         tail->length += length;
         return true;
     }
-    size_t capacity = packs && length < PL_CONN_PACK_BYTES ? PL_CONN_PACK_BYTES : length;
+    /* Room for more only behind a small frame: a large one (a fragment, a big payload) would leave most of it idle. */
+    size_t capacity = packs && length <= PL_CONN_PACK_BYTES / 8 ? PL_CONN_PACK_BYTES : length;
     pl_out_frame_t *frame = malloc(sizeof *frame + capacity);
     if (frame == NULL) return false;
     frame->next = NULL;
@@ -123,11 +125,49 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *bytes, si
     return true;
 }
 
+/* Sends queued packets from the head while the socket takes them (write_lock held), all of them or all but the
+ * last (which a streaming sender is still filling). false: the connection broke (the caller unlocks, then kills
+ * it unless `*gone`: the peer closed, and the reader will see the end). */
+static bool pl_conn_send_queued_locked(pl_conn_t *conn, bool keep_tail, bool *gone) {
+    while (conn->out_head != NULL && conn->fd >= 0 && !(keep_tail && conn->out_head == conn->out_tail)) {
+        pl_out_frame_t *frame = conn->out_head;
+        int sent = pl_conn_sendmsg(conn->fd, frame->bytes, frame->length, frame->fds, frame->fd_count);
+        if (sent == 0) break;
+        if (sent < 0) {
+            *gone = errno == EPIPE || errno == ECONNRESET;
+            return false;
+        }
+        conn->out_head = frame->next;
+        if (conn->out_head == NULL) conn->out_tail = NULL;
+        conn->out_bytes -= frame->capacity;
+        for (uint32_t i = 0; i < frame->fd_count; i++) close(frame->fds[i]);
+        free(frame);
+    }
+    return true;
+}
+
+/* A sender is streaming when its last PL_CONN_STREAK frames each came within PL_CONN_CORK_NS of the end of the
+ * one before. Then, if the peer reads packed packets, a frame waits in the queue, packed with the ones that
+ * follow: full packets go out from the sender at once, the last one when the transport finds the socket
+ * writable — a system call per packet instead of per message. A frame after a pause (a request, an answer, a
+ * ping, the control frame or two that follow one) goes out at once. */
+#define PL_CONN_CORK_NS 2000
+#define PL_CONN_STREAK 8u
+
 pl_status_t pl_conn_put_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size_t length, const int *fds,
                                      uint32_t fd_count) {
     if (conn->fd < 0) return PL_ERR_INVALID_DEST;
-    if (conn->out_head == NULL) {
+    int64_t start = pl_now_ns();
+    if (start - conn->last_put_end < PL_CONN_CORK_NS) {
+        if (conn->streak < PL_CONN_STREAK) conn->streak++;
+    } else {
+        conn->streak = 0;
+    }
+    bool streaming = conn->streak == PL_CONN_STREAK && fd_count == 0 &&
+                     atomic_load_explicit(&conn->packs, memory_order_acquire);
+    if (conn->out_head == NULL && !streaming) {
         int sent = pl_conn_sendmsg(conn->fd, bytes, length, fds, fd_count);
+        conn->last_put_end = pl_now_ns();
         if (sent > 0) return PL_OK;
         if (sent < 0) {
             /* The peer is gone. What it sent before going is still to be read (a refusal, its last messages):
@@ -140,30 +180,26 @@ pl_status_t pl_conn_put_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size
         pl_transport_kill(conn, "no memory or descriptors for the outgoing queue");
         return PL_ERR_INVALID_DEST;
     }
+    bool gone = false;
+    if (conn->out_head != conn->out_tail && !pl_conn_send_queued_locked(conn, true, &gone)) {
+        if (!gone) pl_transport_kill(conn, "the socket refused a write");
+        return PL_ERR_INVALID_DEST;
+    }
     if (!conn->want_writable) {
         conn->want_writable = true;
         pl_transport_want_writable(conn);
     }
+    conn->last_put_end = start; /* queueing took a moment: no second look at the clock */
     return PL_OK;
 }
 
 void pl_conn_flush_outgoing(pl_conn_t *conn) {
     pthread_mutex_lock(&conn->write_lock);
-    while (conn->out_head != NULL && conn->fd >= 0) {
-        pl_out_frame_t *frame = conn->out_head;
-        int sent = pl_conn_sendmsg(conn->fd, frame->bytes, frame->length, frame->fds, frame->fd_count);
-        if (sent == 0) break;
-        if (sent < 0) {
-            bool gone = errno == EPIPE || errno == ECONNRESET; /* the reader will see the end */
-            pthread_mutex_unlock(&conn->write_lock);
-            if (!gone) pl_transport_kill(conn, "the socket refused a write");
-            return;
-        }
-        conn->out_head = frame->next;
-        if (conn->out_head == NULL) conn->out_tail = NULL;
-        conn->out_bytes -= frame->capacity;
-        for (uint32_t i = 0; i < frame->fd_count; i++) close(frame->fds[i]);
-        free(frame);
+    bool gone = false;
+    if (!pl_conn_send_queued_locked(conn, false, &gone)) {
+        pthread_mutex_unlock(&conn->write_lock);
+        if (!gone) pl_transport_kill(conn, "the socket refused a write");
+        return;
     }
     bool drained = conn->out_head == NULL;
     if (drained) {
@@ -172,6 +208,19 @@ void pl_conn_flush_outgoing(pl_conn_t *conn) {
     }
     pthread_mutex_unlock(&conn->write_lock);
     if (drained) pthread_cond_broadcast(&conn->writable);
+}
+
+void pl_conn_flush_before_exit(pl_conn_t *conn, int64_t deadline) {
+    pthread_mutex_lock(&conn->write_lock);
+    bool gone = false;
+    while (conn->out_head != NULL && conn->fd >= 0 && pl_conn_send_queued_locked(conn, false, &gone) &&
+           conn->out_head != NULL) {
+        int64_t left = deadline - pl_now_ns();
+        if (left <= 0) break;
+        struct pollfd writable = { .fd = conn->fd, .events = POLLOUT };
+        if (poll(&writable, 1, (int)(left / 1000000 + 1)) < 0 && errno != EINTR) break;
+    }
+    pthread_mutex_unlock(&conn->write_lock);
 }
 
 /* A frame the transport or any thread sends to keep the two sides in step. A peer that does not read while

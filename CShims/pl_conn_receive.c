@@ -234,6 +234,9 @@ bool pl_conn_receive_frame(pl_conn_t *conn, const uint8_t *packet, size_t length
     return ok;
 }
 
+/* Frames that came packed behind another in a packet, in this process's life (a statistic). */
+static atomic_uint_fast64_t pl_packed_frames;
+
 bool pl_conn_receive_packet(pl_conn_t *conn, const uint8_t *packet, size_t length, int *fds, uint32_t fd_count,
                             const char **reason) {
     if (fd_count > 0 || !conn->hello_received || conn->peer_version < PL_WIRE_VERSION_PACKED) {
@@ -241,6 +244,7 @@ bool pl_conn_receive_packet(pl_conn_t *conn, const uint8_t *packet, size_t lengt
     }
     /* Frames back to back (one frame is the same case), each checked as a packet of its own would be. */
     size_t at = 0;
+    uint64_t frames = 0;
     while (at < length) {
         size_t frame_length = pl_wire_frame_length(packet + at, length - at);
         if (frame_length == 0) {
@@ -249,9 +253,13 @@ bool pl_conn_receive_packet(pl_conn_t *conn, const uint8_t *packet, size_t lengt
         }
         if (!pl_conn_receive_frame(conn, packet + at, frame_length, fds, 0, reason)) return false;
         at += frame_length;
+        frames++;
     }
+    if (frames > 1) atomic_fetch_add_explicit(&pl_packed_frames, frames - 1, memory_order_relaxed);
     return true;
 }
+
+uint64_t pl_remote_packed_frames(void) { return atomic_load_explicit(&pl_packed_frames, memory_order_relaxed); }
 
 /* Handles one packet read with its control messages. false: the end (*why set). */
 static bool pl_handle_packet(pl_conn_t *conn, uint8_t *packet, size_t length, struct msghdr *msg, const char **why) {

@@ -148,6 +148,8 @@ struct pl_conn {
     pl_out_frame_t *out_head, *out_tail;
     size_t out_bytes;
     bool want_writable;       /* the transport watches for EPOLLOUT */
+    int64_t last_put_end;     /* when the last frame was sent or queued */
+    uint32_t streak;          /* frames in a row put soon after the one before: a streaming sender's are packed */
     atomic_bool backlogged;   /* out_head != NULL, readable without the write lock */
     atomic_bool packs;        /* the peer reads several frames from a packet (wire version 3) */
 
@@ -193,6 +195,8 @@ void pl_conn_release(pl_conn_t *conn);         /* the last frees memory only: te
 /* Writes one whole frame now or queues it (write_lock held). PL_ERR_INVALID_DEST: the connection is broken. */
 pl_status_t pl_conn_put_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size_t length, const int *fds,
                                      uint32_t fd_count);
+/* Sends what waits in the outgoing queue, waiting for room until `deadline` (exit() does, see pl_transport.c). */
+void pl_conn_flush_before_exit(pl_conn_t *conn, int64_t deadline);
 /* Writes a control frame (any thread holding no lock of the connection or of a port). */
 void pl_conn_write_control(pl_conn_t *conn, pl_frame_type_t type, uint32_t handle, uint32_t count_or_flags,
                            uint32_t transfers);

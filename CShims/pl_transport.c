@@ -90,9 +90,21 @@ static void pl_transport_after_fork_child(void) {
     pthread_mutex_unlock(&T.lock);
 }
 
+/* A message whose send returned may still wait in its connection's outgoing queue: packed with others while its
+ * sender streams, or for room in a full socket. exit() sends what waits, as stdio flushes its buffers, so that a
+ * process that sends and then ends normally loses nothing; a peer that does not read holds it up a second at most. */
+#define PL_EXIT_FLUSH_NS 1000000000LL
+static void pl_transport_flush_at_exit(void) {
+    int64_t deadline = pl_now_ns() + PL_EXIT_FLUSH_NS;
+    pthread_mutex_lock(&T.lock);
+    for (pl_conn_t *conn = T.conns; conn != NULL; conn = conn->next) pl_conn_flush_before_exit(conn, deadline);
+    pthread_mutex_unlock(&T.lock);
+}
+
 static pthread_once_t pl_fork_handlers_once = PTHREAD_ONCE_INIT;
 static void pl_install_fork_handlers(void) {
     pthread_atfork(pl_transport_before_fork, pl_transport_after_fork_parent, pl_transport_after_fork_child);
+    atexit(pl_transport_flush_at_exit);
 }
 
 pl_status_t pl_transport_start(void) {

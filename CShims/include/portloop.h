@@ -542,6 +542,10 @@ int pl_port_is_remote(const pl_port_t *port);
  *  given out and held) in this process. */
 void pl_remote_stats(uint32_t *out_connections, uint32_t *out_exports, uint32_t *out_imports);
 
+/** Frames this process received packed behind another in one packet, since it started: a sender that streams
+ *  packs its backlog (wire version 3). A statistic, for tests and benchmarks. */
+uint64_t pl_remote_packed_frames(void);
+
 /* ------------------------------------------------------------------------------------------------ */
 /* The main dispatch queue (libdispatch's hooks for CoreFoundation)                                   */
 

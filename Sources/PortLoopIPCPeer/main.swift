@@ -15,6 +15,10 @@
 //   client DIR NAME THREADS COUNT
 //       looks NAME up; THREADS threads each send COUNT messages id 8 with payload "pid thread seq", waiting
 //       forever for room; prints `sent N` when all are sent.
+//   stream DIR NAME COUNT [SIZE]
+//       looks NAME up, prints `ready` and waits for a line on stdin; then one thread sends COUNT messages id 8
+//       back to back, payload "pid 0 seq" padded with spaces to SIZE bytes (default 16), waiting forever for room; prints `sent N` and exits at once, through exit(),
+//       which sends what the library still holds (packed while streaming, or waiting for room in the socket).
 //   flood DIR NAME COUNT
 //       looks NAME up and sends COUNT messages id 1 whose replies go to a port of its own that it never reads.
 //   hold DIR NAME
@@ -246,6 +250,27 @@ case "client":
     group.wait()
     if let first = failures.first { fail("send \(first)") }
     say("sent \(threads * count)")
+    exit(0)
+
+case "stream":
+    guard arguments.count == 4 || arguments.count == 5, let count = Int(arguments[3]),
+          let size = arguments.count == 5 ? Int(arguments[4]) : 16, size >= 16 else { fail("usage") }
+    let service: PortSendRight
+    do { service = try namespace.lookUp(name) } catch { fail("lookUp: \(error)") }
+    say("ready \(getpid())")
+    _ = readLine()
+    let pid = getpid()
+    var payload = [UInt8](repeating: UInt8(ascii: " "), count: size)
+    for seq in 0..<count {
+        let head = Array("\(pid) 0 \(seq)".utf8)
+        payload.replaceSubrange(0..<head.count, with: head) // the sequence only grows: no stale digit stays
+        do {
+            try payload.withUnsafeBytes { bytes in try service.send(id: 8, payload: bytes, timeout: .forever) }
+        } catch {
+            fail("send \(seq): \(error)")
+        }
+    }
+    say("sent \(count)")
     exit(0)
 
 case "flood":

@@ -128,12 +128,16 @@ public struct CrossProcessStatistics: Sendable, Hashable {
     public let exportedRights: Int
     /// Handles held: rights to ports of other processes (per connection).
     public let importedRights: Int
+    /// Messages and control frames this process has received packed behind another frame in one packet, since
+    /// it started. A sender that streams (sends back to back) packs what it sends into few large packets, a
+    /// system call per packet rather than per message; this counts what arrived that way.
+    public let packedFramesReceived: Int
 
     /// The counts now.
     public static var current: CrossProcessStatistics {
         var connections: UInt32 = 0, exports: UInt32 = 0, imports: UInt32 = 0
         pl_remote_stats(&connections, &exports, &imports)
         return CrossProcessStatistics(connections: Int(connections), exportedRights: Int(exports),
-                                      importedRights: Int(imports))
+                                      importedRights: Int(imports), packedFramesReceived: Int(pl_remote_packed_frames()))
     }
 }
