@@ -19,6 +19,7 @@ typedef struct pl_slot {
     int32_t id;
     uint32_t size;
     pl_port_t *reply; /* a send right owned by the message, or NULL */
+    bool reply_once;  /* reply is a send-once right (pl_port_make_send_once), not a send right */
     struct pl_msg_extra *extra; /* sender and attachments (pl_remote.h); NULL for a plain local message */
     union {
         unsigned char bytes[PL_INLINE_PAYLOAD];
@@ -49,6 +50,7 @@ struct pl_port {
     pthread_cond_t senders;   /* senders wait here for room */
     atomic_uint refs;         /* memory references: the receive right, send rights, in-flight users */
     atomic_uint send_rights;  /* send rights only, for pl_port_send_right_count */
+    atomic_uint send_once_rights; /* send-once rights not yet used or released */
     _Atomic(void *) context;
     uint64_t name;
     uint32_t qlimit;
@@ -76,11 +78,12 @@ struct pl_port {
     struct pl_notification *notifications; /* pending requests watching this port (port lock) */
 };
 
-/* Whether a receive on the port can never succeed (lock held): empty, no send right left anywhere, and its
- * receiver asked to be told (pl_port_set_no_senders_wakes). */
+/* Whether a receive on the port can never succeed (lock held): empty, no send or send-once right left anywhere,
+ * and its receiver asked to be told (pl_port_set_no_senders_wakes). */
 static inline bool pl_port_senderless_locked(const pl_port_t *port) {
     return port->no_senders_wakes && port->count == 0 &&
-           atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0;
+           atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0 &&
+           atomic_load_explicit(&port->send_once_rights, memory_order_acquire) == 0;
 }
 
 /* Whether a port has no room for one more message from a local sender (lock held). */
