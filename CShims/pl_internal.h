@@ -232,6 +232,25 @@ pl_status_t pl_port_enqueue_remote(pl_port_t *port, pl_slot_t *slot, struct pl_e
 /* Releases what a queued message owns (no lock held). */
 void pl_slot_dispose(pl_slot_t *slot);
 
+/* How a message carries its reply right. */
+typedef enum pl_reply_mode {
+    PL_REPLY_SEND = 0,        /* a new send right (MACH_MSG_TYPE_MAKE_SEND) */
+    PL_REPLY_MAKE_ONCE = 1,   /* a new send-once right to a local port (MACH_MSG_TYPE_MAKE_SEND_ONCE) */
+    PL_REPLY_MOVE_ONCE = 2,   /* the caller's send-once right moves in (MACH_MSG_TYPE_MOVE_SEND_ONCE) */
+} pl_reply_mode_t;
+
+/* Queues a message that came over a connection through a send-once right the peer held: no credit is spent,
+ * since one right stands for one message (as pl_port_send_once queues locally). PL_ERR_INVALID_DEST: the port
+ * was destroyed; on error the caller still owns the slot. */
+pl_status_t pl_port_enqueue_once(pl_port_t *port, pl_slot_t *slot);
+
+/* Takes one send-once right to `port` without a notice: it moved elsewhere (into a frame that went to another
+ * process). No lock held. */
+void pl_port_forget_send_once(pl_port_t *port);
+
+/* Posts the send-once notice (PL_NOTIFY_SEND_ONCE) to a local port: one of its send-once rights went unused. */
+void pl_port_post_send_once_notice(pl_port_t *port);
+
 /* The cross-process part of a destroyed port's clean-up (pl_conn.c); no lock held. */
 void pl_remote_port_destroyed(pl_port_t *port);
 

@@ -389,17 +389,19 @@ static pl_status_t pl_port_wait_for_room_locked(pl_port_t *port, int64_t timeout
     return (!port->dead && pl_port_full_locked(port)) ? PL_ERR_TIMED_OUT : PL_OK;
 }
 
-/* A send through a send right, carrying a send right or (reply_once) a send-once right to `reply`. */
+/* A send through a send right, carrying a send right or a send-once right to `reply` (see pl_reply_mode_t). */
 static pl_status_t pl_port_send_message(pl_port_t *port, int32_t id, const void *payload, size_t size,
-                                        pl_port_t *reply, bool reply_once, const pl_attachment_t *attachments,
-                                        uint32_t attachment_count, int64_t timeout_ns) {
+                                        pl_port_t *reply, pl_reply_mode_t mode, bool *reply_taken,
+                                        const pl_attachment_t *attachments, uint32_t attachment_count,
+                                        int64_t timeout_ns) {
     if (port == NULL || !pl_timeout_valid(timeout_ns)) return PL_ERR_INVALID_ARG;
     if (size > 0 && payload == NULL) return PL_ERR_INVALID_ARG;
     pl_status_t status = pl_attachments_check(attachments, attachment_count);
     if (status != PL_OK) return status;
     if (size > port->max_msg_size) return PL_ERR_TOO_LARGE;
     if (port->proxy != NULL) {
-        return pl_proxy_send(port, id, payload, size, reply, reply_once, attachments, attachment_count, timeout_ns);
+        return pl_proxy_send(port, id, payload, size, reply, mode, reply_taken, attachments, attachment_count,
+                             timeout_ns);
     }
 
     /* Copy the payload and the attachments before taking the lock. */
@@ -428,9 +430,11 @@ static pl_status_t pl_port_send_message(pl_port_t *port, int32_t id, const void 
     }
 
     if (reply != NULL) {
-        if (reply_once) pl_port_make_send_once(reply); else pl_port_make_send(reply);
+        if (mode == PL_REPLY_SEND) pl_port_make_send(reply);
+        else if (mode == PL_REPLY_MAKE_ONCE) pl_port_make_send_once(reply);
+        else *reply_taken = true; /* the caller's send-once right moves into the message */
         slot.reply = reply;
-        slot.reply_once = reply_once;
+        slot.reply_once = mode != PL_REPLY_SEND;
     }
     port->ring[(port->head + port->count) % port->ring_capacity] = slot;
     port->count++;
@@ -440,9 +444,15 @@ static pl_status_t pl_port_send_message(pl_port_t *port, int32_t id, const void 
     return PL_OK;
 }
 
+pl_status_t pl_port_send(pl_port_t *port, int32_t id, const void *payload, size_t size,
+                         pl_port_t *reply, int64_t timeout_ns) {
+    return pl_port_send_message(port, id, payload, size, reply, PL_REPLY_SEND, NULL, NULL, 0, timeout_ns);
+}
+
 pl_status_t pl_port_send_with(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
                               const pl_attachment_t *attachments, uint32_t attachment_count, int64_t timeout_ns) {
-    return pl_port_send_message(port, id, payload, size, reply, false, attachments, attachment_count, timeout_ns);
+    return pl_port_send_message(port, id, payload, size, reply, PL_REPLY_SEND, NULL, attachments, attachment_count,
+                                timeout_ns);
 }
 
 pl_status_t pl_port_enqueue_remote(pl_port_t *port, pl_slot_t *slot, pl_export_t *e) {
@@ -504,6 +514,7 @@ pl_status_t pl_port_requeue(pl_port_t *port, const pl_received_t *received, cons
         return status;
     }
     slot.reply = received->reply; /* the caller's right and attachments move in */
+    slot.reply_once = (received->flags & PL_RECEIVED_REPLY_ONCE) != 0;
     if (slot.extra != NULL) slot.extra->attachments = received->attachments;
     port->head = (port->head + port->ring_capacity - 1) % port->ring_capacity;
     port->ring[port->head] = slot;
@@ -515,10 +526,27 @@ pl_status_t pl_port_requeue(pl_port_t *port, const pl_received_t *received, cons
 pl_status_t pl_port_send_request(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
                                  int64_t timeout_ns) {
     if (reply == NULL || reply->proxy != NULL) return PL_ERR_INVALID_ARG;
-    return pl_port_send_message(port, id, payload, size, reply, true, NULL, 0, timeout_ns);
+    return pl_port_send_message(port, id, payload, size, reply, PL_REPLY_MAKE_ONCE, NULL, NULL, 0, timeout_ns);
+}
+
+pl_status_t pl_port_send_moving_once(pl_port_t *port, int32_t id, const void *payload, size_t size,
+                                     pl_port_t *reply, const pl_attachment_t *attachments, uint32_t attachment_count,
+                                     int64_t timeout_ns) {
+    if (reply == NULL) return PL_ERR_INVALID_ARG;
+    if (atomic_load_explicit(&reply->send_once_rights, memory_order_acquire) == 0) return PL_ERR_INVALID_NAME;
+    bool taken = false;
+    pl_status_t status = pl_port_send_message(port, id, payload, size, reply, PL_REPLY_MOVE_ONCE, &taken, attachments,
+                                              attachment_count, timeout_ns);
+    /* A destination that is gone takes the right with it, as a destroyed message would: its port is told. */
+    if (status == PL_ERR_INVALID_DEST && !taken) pl_port_release_send_once(reply);
+    return status;
 }
 
 /* ---- send-once rights ------------------------------------------------------------------------------ */
+
+/* A send-once right holds a memory reference and counts in send_once_rights. It is not a send right: no-senders
+ * ignores it. Its end is told to the port once, as a notice, unless a message went through it. A proxy's
+ * send-once rights count the same way; the owner, told by a frame, posts the notice in its process. */
 
 pl_status_t pl_port_make_send_once(pl_port_t *port) {
     if (port == NULL || port->proxy != NULL) return PL_ERR_INVALID_ARG;
@@ -531,15 +559,16 @@ uint32_t pl_port_send_once_count(const pl_port_t *port) {
     return port == NULL ? 0 : atomic_load_explicit(&((pl_port_t *)port)->send_once_rights, memory_order_relaxed);
 }
 
-/* After a send-once right was taken (used, or released): the last right's wake-ups, and its memory reference. */
+/* After a local port's send-once right was taken (used, released or moved away): the last right's wake-ups, and
+ * its memory reference. */
 static void pl_port_send_once_gone(pl_port_t *port, unsigned left) {
     if (left == 0 && atomic_load(&port->send_rights) == 0) pl_port_last_right_gone(port);
     pl_port_release_internal(port);
 }
 
-/* Posts the send-once notice for `port` to itself (no lock held); nothing if memory is short: a receiver that
- * asked for no-senders wakes is still woken when the last right goes. */
-static void pl_port_post_send_once_notice(pl_port_t *port) {
+void pl_port_post_send_once_notice(pl_port_t *port) {
+    /* Nothing if memory is short: a receiver that asked for no-senders wakes is still woken when the last right
+     * goes, so a requester learns the same thing. */
     pl_msg_extra_t *extra = calloc(1, sizeof *extra);
     if (extra == NULL) return;
     unsigned char notice[PL_NOTICE_SIZE] = { 0 };
@@ -547,48 +576,71 @@ static void pl_port_post_send_once_notice(pl_port_t *port) {
     pl_port_post_notice(port, PL_NOTIFY_SEND_ONCE, notice, sizeof notice, extra);
 }
 
+void pl_port_forget_send_once(pl_port_t *port) {
+    unsigned left;
+    if (!pl_take_right(&port->send_once_rights, &left)) return;
+    if (port->proxy != NULL) {
+        if (left == 0 && atomic_load(&port->send_rights) == 0) pl_proxy_unused(port);
+        pl_port_release_internal(port);
+    } else {
+        pl_port_send_once_gone(port, left);
+    }
+}
+
+/* A proxy's send-once right ends with a frame to the owner. A send right is held across it, so that the proxy
+ * cannot be released (RELEASE) before that frame is written: the owner must see the right's end first. */
+static pl_status_t pl_proxy_once_end(pl_port_t *port, bool send, int32_t id, const void *payload, size_t size) {
+    pl_port_make_send(port);
+    unsigned left;
+    pl_status_t status = PL_OK;
+    if (!pl_take_right(&port->send_once_rights, &left)) {
+        status = PL_ERR_INVALID_NAME;
+    } else {
+        if (send) status = pl_proxy_send_once(port, id, payload, size); else pl_proxy_release_send_once(port);
+        pl_port_release_internal(port); /* the send-once right's reference */
+    }
+    pl_port_release_send(port); /* the last right: the proxy is unused now */
+    return status;
+}
+
 pl_status_t pl_port_release_send_once(pl_port_t *port) {
     if (port == NULL) return PL_ERR_INVALID_ARG;
+    if (port->proxy != NULL) return pl_proxy_once_end(port, false, 0, NULL, 0);
     unsigned left;
     if (!pl_take_right(&port->send_once_rights, &left)) return PL_ERR_INVALID_NAME;
-    if (port->proxy != NULL) {
-        pl_proxy_release_send_once(port); /* the owner posts the notice */
-    } else {
-        pl_port_post_send_once_notice(port);
-    }
+    pl_port_post_send_once_notice(port);
     pl_port_send_once_gone(port, left);
+    return PL_OK;
+}
+
+pl_status_t pl_port_enqueue_once(pl_port_t *port, pl_slot_t *slot) {
+    pthread_mutex_lock(&port->lock);
+    /* No limit check: one right, one message, as Mach queues a send-once message. */
+    pl_status_t status = port->dead ? PL_ERR_INVALID_DEST : pl_ring_reserve_locked(port);
+    if (status != PL_OK) {
+        pthread_mutex_unlock(&port->lock);
+        return status;
+    }
+    port->ring[(port->head + port->count) % port->ring_capacity] = *slot;
+    port->count++;
+    port->received++;
+    pl_port_wake_after_enqueue_unlock(port, false);
     return PL_OK;
 }
 
 pl_status_t pl_port_send_once(pl_port_t *port, int32_t id, const void *payload, size_t size) {
     if (port == NULL || (size > 0 && payload == NULL)) return PL_ERR_INVALID_ARG;
     if (size > port->max_msg_size) return PL_ERR_TOO_LARGE;
+    if (port->proxy != NULL) return pl_proxy_once_end(port, true, id, payload, size);
+    pl_slot_t slot;
+    if (!pl_slot_fill(&slot, id, payload, size)) return PL_ERR_NO_MEMORY; /* the caller keeps the right */
     unsigned left;
-    if (!pl_take_right(&port->send_once_rights, &left)) return PL_ERR_INVALID_NAME;
-    pl_status_t status;
-    if (port->proxy != NULL) {
-        status = pl_proxy_send_once(port, id, payload, size);
-    } else {
-        pl_slot_t slot;
-        status = pl_slot_fill(&slot, id, payload, size) ? PL_OK : PL_ERR_NO_MEMORY;
-        if (status == PL_OK) {
-            pthread_mutex_lock(&port->lock);
-            /* No limit check: one right, one message, as Mach queues a send-once message. */
-            status = port->dead ? PL_ERR_INVALID_DEST : pl_ring_reserve_locked(port);
-            if (status != PL_OK) {
-                pthread_mutex_unlock(&port->lock);
-                pl_slot_dispose(&slot);
-            } else {
-                port->ring[(port->head + port->count) % port->ring_capacity] = slot;
-                port->count++;
-                pl_port_wake_after_enqueue_unlock(port, false);
-            }
-        }
+    if (!pl_take_right(&port->send_once_rights, &left)) {
+        pl_slot_dispose(&slot);
+        return PL_ERR_INVALID_NAME;
     }
-    if (status == PL_ERR_NO_MEMORY) {
-        atomic_fetch_add(&port->send_once_rights, 1); /* not used: the caller keeps it */
-        return status;
-    }
+    pl_status_t status = pl_port_enqueue_once(port, &slot);
+    if (status != PL_OK) pl_slot_dispose(&slot); /* destroyed: the right goes with the port, no notice */
     pl_port_send_once_gone(port, left);
     return status;
 }

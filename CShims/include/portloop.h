@@ -333,17 +333,19 @@ void pl_notification_release(pl_notification_t *request);
 #define PL_NOTIFY_SEND_ONCE 71
 
 /** Makes a send-once right to a local port (mach_port_insert_right with MACH_MSG_TYPE_MAKE_SEND_ONCE): a right
- *  good for one message. The pointer is the right; it ends with pl_port_send_once or pl_port_release_send_once.
- *  Send-once rights do not count as send rights (no-senders notifications ignore them), but a port with
- *  pl_port_set_no_senders_wakes waits while one exists. PL_ERR_INVALID_ARG for NULL or a proxy,
- *  PL_ERR_INVALID_NAME for a destroyed port. */
+ *  good for one message, which may be used from another process when it travels as a message's reply right.
+ *  The pointer is the right; it ends with pl_port_send_once or pl_port_release_send_once. Send-once rights do
+ *  not count as send rights (no-senders notifications ignore them), but a port with
+ *  pl_port_set_no_senders_wakes waits while one exists. A right to a destroyed port is a dead name (sending
+ *  through it fails with PL_ERR_INVALID_DEST). PL_ERR_INVALID_ARG for NULL or a proxy. */
 pl_status_t pl_port_make_send_once(pl_port_t *port);
 
 /** Sends one message through a send-once right and uses it up (mach_msg with MACH_MSG_TYPE_MOVE_SEND_ONCE). It
  *  never waits: a message sent this way is queued over the queue limit, as Mach queues it, since one right
- *  stands for one message. The right is used up whatever the outcome, except with PL_ERR_TOO_LARGE,
- *  PL_ERR_INVALID_ARG and PL_ERR_NO_MEMORY, which leave it to the caller. PL_ERR_INVALID_DEST: the port was
- *  destroyed (the right is gone with it). */
+ *  stands for one message (across processes too: it spends no credit). The right is used up whatever the
+ *  outcome, except with PL_ERR_TOO_LARGE, PL_ERR_INVALID_ARG and PL_ERR_NO_MEMORY, which leave it to the caller.
+ *  PL_ERR_INVALID_DEST: the port was destroyed, or its process is gone (the right is gone with it).
+ *  PL_ERR_INVALID_NAME: no send-once right to the port is held (used already). */
 pl_status_t pl_port_send_once(pl_port_t *port, int32_t id, const void *payload, size_t size);
 
 /** Releases a send-once right unused (mach_port_deallocate of a send-once right): the port receives a
@@ -363,6 +365,18 @@ uint32_t pl_port_send_once_count(const pl_port_t *port);
  */
 pl_status_t pl_port_send_request(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
                                  int64_t timeout_ns);
+
+/**
+ * Sends a message whose reply right is the caller's send-once right to `reply` (mach_msg with
+ * MACH_MSG_TYPE_MOVE_SEND_ONCE as the reply disposition): a server forwarding a request to a worker hands the
+ * right on. On success the right is the message's; on PL_ERR_INVALID_DEST it was released (`reply` gets its
+ * notice); on any other error the caller keeps it. Across processes the right travels as a send-once right to
+ * a peer that speaks wire version 3, and as a send right to an older peer. PL_ERR_INVALID_NAME: the caller holds
+ * no send-once right to `reply`; PL_ERR_INVALID_ARG also for a right to a port of a third process.
+ */
+pl_status_t pl_port_send_moving_once(pl_port_t *port, int32_t id, const void *payload, size_t size,
+                                     pl_port_t *reply, const pl_attachment_t *attachments, uint32_t attachment_count,
+                                     int64_t timeout_ns);
 
 /** What a receive returned. */
 typedef enum pl_received_kind {
