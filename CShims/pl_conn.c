@@ -263,7 +263,9 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why) {
     /* A message in reassembly is discarded with what it carried. */
     if (conn->rx.active) {
         free(conn->rx.bytes);
-        if (conn->rx.reply != NULL) pl_port_release_send(conn->rx.reply);
+        if (conn->rx.reply != NULL) {
+            if (conn->rx.reply_once) pl_port_release_send_once(conn->rx.reply); else pl_port_release_send(conn->rx.reply);
+        }
         pl_attachments_free(conn->rx.attachments);
         conn->rx.active = false;
         conn->rx.bytes = NULL;
