@@ -634,13 +634,28 @@ pl_status_t pl_port_send_once(pl_port_t *port, int32_t id, const void *payload, 
     if (port->proxy != NULL) return pl_proxy_once_end(port, true, id, payload, size);
     pl_slot_t slot;
     if (!pl_slot_fill(&slot, id, payload, size)) return PL_ERR_NO_MEMORY; /* the caller keeps the right */
+    /* The right is taken and the message queued in one hold of the lock: a receiver waiting for a reply never
+     * sees the port with neither (which it would take for no-senders). No limit check: one right, one message,
+     * as Mach queues a send-once message. */
+    pthread_mutex_lock(&port->lock);
     unsigned left;
     if (!pl_take_right(&port->send_once_rights, &left)) {
+        pthread_mutex_unlock(&port->lock);
         pl_slot_dispose(&slot);
         return PL_ERR_INVALID_NAME;
     }
-    pl_status_t status = pl_port_enqueue_once(port, &slot);
-    if (status != PL_OK) pl_slot_dispose(&slot); /* destroyed: the right goes with the port, no notice */
+    pl_status_t status = port->dead ? PL_ERR_INVALID_DEST : pl_ring_reserve_locked(port);
+    if (status == PL_OK) {
+        port->ring[(port->head + port->count) % port->ring_capacity] = slot;
+        port->count++;
+        port->received++;
+        pl_port_wake_after_enqueue_unlock(port, false);
+    } else {
+        if (status == PL_ERR_NO_MEMORY) atomic_fetch_add(&port->send_once_rights, 1); /* the caller keeps it */
+        pthread_mutex_unlock(&port->lock);
+        pl_slot_dispose(&slot); /* destroyed: the right goes with the port, no notice */
+        if (status == PL_ERR_NO_MEMORY) return status;
+    }
     pl_port_send_once_gone(port, left);
     return status;
 }
