@@ -116,4 +116,40 @@ struct CrossProcessSendOnceTests {
         }
         #expect(throws: PortError.timedOut, "one notice per right") { try replies.receive(timeout: .after(.milliseconds(200))) }
     }
+
+    @Test("a request handed on to another process, killed while it holds the reply right: noReply at once")
+    func forwardedHolderKilled() throws {
+        let space = TemporaryNamespace()
+        let service = try Peer(["serve", space.path, "far"])
+        defer { service.kill() }
+        #expect(service.ready())
+        let far = try space.namespace.lookUp("far")
+        // A local dispatcher hands the request on with its reply right; the destination here stays alive.
+        let front = ReceiveRightBox(try PortReceiveRight())
+        let destination = front.port.makeSendRight()
+        let forwarder = TestThread {
+            do {
+                let request = try front.port.receive(timeout: .seconds(20))
+                try far.send(id: 13, bytes: request.payload, replyPort: request.replyPort, timeout: .seconds(20))
+            } catch {
+                Issue.record("forwarding: \(error)")
+            }
+        }
+        let outcome = Locked<Result<ReceivedMessage, PortError>?>(nil)
+        let requester = TestThread {
+            let result = Result { () throws(PortError) in try destination.request(id: 1, timeout: .seconds(60)) }
+            outcome.withLock { $0 = result }
+        }
+        forwarder.join()
+        #expect(service.line(startingWith: "holding 1") != nil)
+        let killedAt = nowNanoseconds()
+        service.kill()
+        requester.join()
+        let took = Double(nowNanoseconds() - killedAt) / 1e6
+        switch outcome.current {
+        case .failure(.noReply)?: break
+        default: Issue.record("the request ended with \(String(describing: outcome.current))")
+        }
+        #expect(took < 5_000, "the request failed \(took) ms after the kill")
+    }
 }
