@@ -555,6 +555,9 @@ pl_status_t pl_port_make_send_once(pl_port_t *port) {
     return PL_OK;
 }
 
+void pl_port_retain_memory(pl_port_t *port) { if (port != NULL) pl_port_retain_internal(port); }
+void pl_port_release_memory(pl_port_t *port) { if (port != NULL) pl_port_release_internal(port); }
+
 uint32_t pl_port_send_once_count(const pl_port_t *port) {
     return port == NULL ? 0 : atomic_load_explicit(&((pl_port_t *)port)->send_once_rights, memory_order_relaxed);
 }

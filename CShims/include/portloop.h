@@ -356,6 +356,11 @@ pl_status_t pl_port_release_send_once(pl_port_t *port);
 /** How many send-once rights to the port exist (made, not yet used or released). */
 uint32_t pl_port_send_once_count(const pl_port_t *port);
 
+/** Keeps the port's memory without holding any right, and lets it go: a caller whose send-once right may be used
+ *  up by one call, yet which still asks the port's name or state afterwards, holds one of these. */
+void pl_port_retain_memory(pl_port_t *port);
+void pl_port_release_memory(pl_port_t *port);
+
 /**
  * Sends a request: a message whose reply right is a send-once right made for `reply`, a local port
  * (mach_msg with MACH_MSG_TYPE_MAKE_SEND_ONCE as the reply disposition, as a MIG client stub sends). The

@@ -39,12 +39,14 @@ public struct PortSendOnceRight: ~Copyable, @unchecked Sendable {
     public consuming func send(id: Int32 = 0, bytes: [UInt8] = []) throws(PortError) {
         let port = self.port
         discard self
+        // Read while the right keeps the port's memory: once it is used up, the port may be gone.
+        let limit = Int(pl_port_get_max_msg_size(port))
         let status = bytes.withUnsafeBytes { raw in pl_port_send_once(port, id, raw.baseAddress, raw.count) }
         // Nothing went and the right is still held: end it, so that the port is told.
         if status == PL_ERR_TOO_LARGE || status == PL_ERR_NO_MEMORY || status == PL_ERR_INVALID_ARG {
             pl_port_release_send_once(port)
         }
-        try PortError.check(status, operation: "send", size: bytes.count, limit: Int(pl_port_get_max_msg_size(port)))
+        try PortError.check(status, operation: "send", size: bytes.count, limit: limit)
     }
 
     /// Hands the right over as a ``PortSendRight`` with ``PortSendRight/isSendOnce`` set: the form a message's

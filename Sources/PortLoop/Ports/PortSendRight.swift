@@ -22,17 +22,22 @@ public struct PortSendRight: Hashable, Sendable, CustomStringConvertible {
         let onceState = Atomic<UInt8>(Reference.held)
         static let held: UInt8 = 0, busy: UInt8 = 1, gone: UInt8 = 2
 
-        /// Adopts a send right (or a send-once right) the caller already owns.
+        /// Adopts a send right (or a send-once right) the caller already owns. A send-once right's handle also
+        /// keeps the port's memory: the right may be used up while copies still ask its name or state.
         init(adopting port: OpaquePointer, once: Bool = false) {
             self.port = port
             isOnce = once
+            if once { pl_port_retain_memory(port) }
         }
         deinit {
             if !isOnce {
                 pl_port_release_send(port)
-            } else if onceState.load(ordering: .acquiring) == Reference.held {
+                return
+            }
+            if onceState.load(ordering: .acquiring) == Reference.held {
                 pl_port_release_send_once(port) // unused: its port gets the send-once notice
             }
+            pl_port_release_memory(port)
         }
 
         /// Takes the send-once right for one call; false if it is used up, or in use by another call.
