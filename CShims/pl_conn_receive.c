@@ -54,8 +54,20 @@ static pl_port_t *pl_once_right_received_locked(pl_conn_t *conn, pl_wire_right_t
     return e->port;
 }
 
-/* Drops what a message under construction owns (no lock held). */
+/* Drops what a message under construction owns (no lock held). A message that used up a send-once right and is
+ * lost (memory ran out) leaves its port the notice, as if the right had been dropped. */
 static void pl_rx_discard(pl_conn_t *conn) {
+    if (conn->rx.once) {
+        pthread_mutex_lock(&conn->lock);
+        pl_export_t *e = pl_handle_map_get(&conn->exports, conn->rx.dest);
+        pl_port_t *port = e != NULL ? e->port : NULL;
+        if (port != NULL) pl_port_retain_internal(port);
+        pthread_mutex_unlock(&conn->lock);
+        if (port != NULL) {
+            pl_port_post_send_once_notice(port);
+            pl_port_release_internal(port);
+        }
+    }
     free(conn->rx.bytes);
     if (conn->rx.reply != NULL) {
         if (conn->rx.reply_once) pl_port_release_send_once(conn->rx.reply); else pl_port_release_send(conn->rx.reply);
