@@ -287,6 +287,12 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why) {
     pthread_mutex_lock(&conn->lock);
     conn->dead = true;
     conn->death = why;
+    if (conn->rx.active && conn->rx.once) {
+        /* A message through a send-once right, cut off half-way: the right is counted again, so that its port
+         * is told with the others the peer held. */
+        pl_export_t *e = pl_handle_map_get(&conn->exports, conn->rx.dest);
+        if (e != NULL) e->once++;
+    }
     uint32_t import_count = conn->imports.count, export_count = conn->exports.count;
     pl_port_t **proxies = calloc(import_count + 1, sizeof *proxies);
     pl_export_t **exports = calloc(export_count + 1, sizeof *exports);
@@ -326,7 +332,9 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why) {
     /* A message in reassembly is discarded with what it carried. */
     if (conn->rx.active) {
         free(conn->rx.bytes);
-        if (conn->rx.reply != NULL) pl_port_release_send(conn->rx.reply);
+        if (conn->rx.reply != NULL) {
+            if (conn->rx.reply_once) pl_port_release_send_once(conn->rx.reply); else pl_port_release_send(conn->rx.reply);
+        }
         pl_attachments_free(conn->rx.attachments);
         conn->rx.active = false;
         conn->rx.bytes = NULL;

@@ -29,10 +29,49 @@ static pl_port_t *pl_right_received_locked(pl_conn_t *conn, pl_wire_right_t righ
     return e->port;
 }
 
-/* Drops what a message under construction owns (no lock held). */
+/* A message's reply right flagged PL_RIGHT_ONCE, as a send-once right the message will own (the connection's
+ * lock held): a proxy's send-once right, or one of our ports' coming home, which the export counted. */
+static pl_port_t *pl_once_right_received_locked(pl_conn_t *conn, pl_wire_right_t right, const char **reason) {
+    if (conn->peer_version < 3) {
+        *reason = "message: a send-once right from a peer older than version 3";
+        return NULL;
+    }
+    if (right.kind == PL_RIGHT_SENDERS) {
+        pl_port_t *port = pl_proxy_import_locked(conn, right, false, reason);
+        if (port == NULL) return NULL;
+        pl_proxy_revive_locked(conn, port);
+        atomic_fetch_add(&port->send_once_rights, 1);
+        pl_port_retain_internal(port);
+        return port;
+    }
+    pl_export_t *e = pl_handle_map_get(&conn->exports, right.handle);
+    if (e == NULL || e->once == 0) {
+        *reason = "message: returns a send-once right this side never gave out";
+        return NULL;
+    }
+    e->once--;
+    pl_port_make_send_once(e->port);
+    return e->port;
+}
+
+/* Drops what a message under construction owns (no lock held). A message that used up a send-once right and is
+ * lost (memory ran out) leaves its port the notice, as if the right had been dropped. */
 static void pl_rx_discard(pl_conn_t *conn) {
+    if (conn->rx.once) {
+        pthread_mutex_lock(&conn->lock);
+        pl_export_t *e = pl_handle_map_get(&conn->exports, conn->rx.dest);
+        pl_port_t *port = e != NULL ? e->port : NULL;
+        if (port != NULL) pl_port_retain_internal(port);
+        pthread_mutex_unlock(&conn->lock);
+        if (port != NULL) {
+            pl_port_post_send_once_notice(port);
+            pl_port_release_internal(port);
+        }
+    }
     free(conn->rx.bytes);
-    if (conn->rx.reply != NULL) pl_port_release_send(conn->rx.reply);
+    if (conn->rx.reply != NULL) {
+        if (conn->rx.reply_once) pl_port_release_send_once(conn->rx.reply); else pl_port_release_send(conn->rx.reply);
+    }
     pl_attachments_free(conn->rx.attachments);
     memset(&conn->rx, 0, sizeof conn->rx);
 }
@@ -48,7 +87,9 @@ static bool pl_rx_deliver(pl_conn_t *conn, const uint8_t *inline_bytes, const ch
         pl_rx_discard(conn);
         return false;
     }
-    pl_slot_t slot = { .id = conn->rx.id, .size = conn->rx.total, .reply = conn->rx.reply };
+    pl_slot_t slot = { .id = conn->rx.id, .size = conn->rx.total, .reply = conn->rx.reply,
+                       .reply_once = conn->rx.reply_once };
+    bool once = conn->rx.once;
     if (conn->rx.total > PL_INLINE_PAYLOAD) {
         slot.payload.heap = conn->rx.bytes; /* the reassembly buffer becomes the message's */
         conn->rx.bytes = NULL;
@@ -62,8 +103,10 @@ static bool pl_rx_deliver(pl_conn_t *conn, const uint8_t *inline_bytes, const ch
         *reason = "out of memory for a message";
         return false;
     }
-    slot.extra->origin = e;
-    pl_export_retain(e);
+    if (!once) {
+        slot.extra->origin = e; /* its slot is lent to the peer again when it is taken */
+        pl_export_retain(e);
+    }
     slot.extra->sender = conn->peer;
     slot.extra->attachments = conn->rx.attachments;
     conn->rx.reply = NULL;
@@ -72,7 +115,7 @@ static bool pl_rx_deliver(pl_conn_t *conn, const uint8_t *inline_bytes, const ch
     memset(&conn->rx, 0, sizeof conn->rx);
 
     pl_port_t *port = e->port;
-    pl_status_t status = pl_port_enqueue_remote(port, &slot, e);
+    pl_status_t status = once ? pl_port_enqueue_once(port, &slot) : pl_port_enqueue_remote(port, &slot, e);
     if (status == PL_OK) {
         pl_feeder_learn(port, conn); /* next time, the port's receiver reads the socket itself */
         return true;
@@ -87,7 +130,8 @@ static bool pl_rx_deliver(pl_conn_t *conn, const uint8_t *inline_bytes, const ch
 
 /* The first fragment: its rights and descriptors become the message's. A reassembly buffer is made for a message
  * that comes in fragments or is larger than a slot holds inline. */
-static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, bool more, int *fds, const char **reason) {
+static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, bool more, bool once, int *fds,
+                        const char **reason) {
     if (conn->rx.active) {
         *reason = "message: a new message inside another";
         return false;
@@ -98,9 +142,21 @@ static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, bool more, 
     bool ok = e != NULL && m->total_size <= max_size;
     if (e == NULL) *reason = "message: to a handle this side never gave out";
     else if (!ok) *reason = "message: larger than its port takes";
+    if (ok && once) {
+        /* Through a send-once right: one this side gave out and the peer has not used. */
+        if (conn->peer_version < 3 || e->once == 0) {
+            *reason = "message: through a send-once right this side never gave out";
+            ok = false;
+        } else {
+            e->once--;
+        }
+    }
     conn->rx.active = ok;
+    conn->rx.once = ok && once;
     if (ok && m->reply.kind != PL_RIGHT_NONE) {
-        conn->rx.reply = pl_right_received_locked(conn, m->reply, reason);
+        conn->rx.reply_once = (m->reply.flags & PL_RIGHT_ONCE) != 0;
+        conn->rx.reply = conn->rx.reply_once ? pl_once_right_received_locked(conn, m->reply, reason)
+                                             : pl_right_received_locked(conn, m->reply, reason);
         ok = conn->rx.reply != NULL;
     }
     if (ok && m->attachment_count > 0) {
@@ -145,7 +201,7 @@ static bool pl_receive_message(pl_conn_t *conn, const pl_wire_frame_t *frame, in
     const pl_wire_message_t *m = &frame->u.message;
     bool more = (frame->flags & PL_FRAME_MORE) != 0;
     if (m->offset == 0) {
-        if (!pl_rx_begin(conn, m, more, fds, reason)) return false;
+        if (!pl_rx_begin(conn, m, more, (frame->flags & PL_FRAME_ONCE) != 0, fds, reason)) return false;
         if (conn->rx.bytes == NULL) {
             /* Small and whole: straight from the frame. */
             if (m->credit_count > 0) pl_proxy_credit(conn, m->credit_handle, m->credit_count);
@@ -161,6 +217,22 @@ static bool pl_receive_message(pl_conn_t *conn, const pl_wire_frame_t *frame, in
     if (m->credit_count > 0) pl_proxy_credit(conn, m->credit_handle, m->credit_count);
     if (more) return true;
     return pl_rx_deliver(conn, NULL, reason);
+}
+
+/* ONCE_GONE: the peer released a send-once right to one of our ports unused; the port is told. */
+static bool pl_receive_once_gone(pl_conn_t *conn, uint32_t handle, const char **reason) {
+    pthread_mutex_lock(&conn->lock);
+    pl_export_t *e = pl_handle_map_get(&conn->exports, handle);
+    bool held = conn->peer_version >= 3 && e != NULL && e->once > 0;
+    if (held) e->once--;
+    pthread_mutex_unlock(&conn->lock);
+    if (!held) {
+        *reason = "once-gone: a send-once right this side never gave out";
+        return false;
+    }
+    /* The export stays while this reader runs (only readers free exports), and its send right keeps the port. */
+    pl_port_post_send_once_notice(e->port);
+    return true;
 }
 
 static bool pl_receive_hello(pl_conn_t *conn, const pl_wire_hello_t *hello, const char **reason) {
@@ -222,6 +294,7 @@ bool pl_conn_receive_frame(pl_conn_t *conn, const uint8_t *packet, size_t length
                                     reason);
             break;
         case PL_FRAME_DEAD: pl_proxy_dead(conn, frame.u.control.handle); break;
+        case PL_FRAME_ONCE_GONE: ok = pl_receive_once_gone(conn, frame.u.control.handle, reason); break;
         case PL_FRAME_PROBE: ok = pl_conn_answer_probe(conn, &frame.u.probe, reason); break;
         case PL_FRAME_STATUS: ok = pl_conn_take_status(conn, &frame.u.status, reason); break;
         default: break;

@@ -165,6 +165,9 @@ void pl_export_drop(pl_export_t *e) {
         }
     }
     pthread_mutex_unlock(&conn->owed_lock);
+    /* Send-once rights the peer still held when it let go of the handle or ended: each is told, before the
+     * port may learn that no sender is left. (Out of the table, the export is this thread's alone.) */
+    for (; e->once > 0; e->once--) pl_port_post_send_once_notice(port);
     pl_port_release_send(port); /* may tell a receiver that no sender is left */
     pl_conn_release(conn);
     atomic_fetch_sub_explicit(&pl_export_count, 1, memory_order_relaxed);

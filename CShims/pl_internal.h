@@ -19,6 +19,7 @@ typedef struct pl_slot {
     int32_t id;
     uint32_t size;
     pl_port_t *reply; /* a send right owned by the message, or NULL */
+    bool reply_once;  /* reply is a send-once right (pl_port_make_send_once), not a send right */
     struct pl_msg_extra *extra; /* sender and attachments (pl_remote.h); NULL for a plain local message */
     union {
         unsigned char bytes[PL_INLINE_PAYLOAD];
@@ -49,6 +50,7 @@ struct pl_port {
     pthread_cond_t senders;   /* senders wait here for room */
     atomic_uint refs;         /* memory references: the receive right, send rights, in-flight users */
     atomic_uint send_rights;  /* send rights only, for pl_port_send_right_count */
+    atomic_uint send_once_rights; /* send-once rights not yet used or released */
     _Atomic(void *) context;
     uint64_t name;
     uint32_t qlimit;
@@ -76,11 +78,12 @@ struct pl_port {
     struct pl_notification *notifications; /* pending requests watching this port (port lock) */
 };
 
-/* Whether a receive on the port can never succeed (lock held): empty, no send right left anywhere, and its
- * receiver asked to be told (pl_port_set_no_senders_wakes). */
+/* Whether a receive on the port can never succeed (lock held): empty, no send or send-once right left anywhere,
+ * and its receiver asked to be told (pl_port_set_no_senders_wakes). */
 static inline bool pl_port_senderless_locked(const pl_port_t *port) {
     return port->no_senders_wakes && port->count == 0 &&
-           atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0;
+           atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0 &&
+           atomic_load_explicit(&port->send_once_rights, memory_order_acquire) == 0;
 }
 
 /* Whether a port has no room for one more message from a local sender (lock held). */
@@ -228,6 +231,25 @@ pl_status_t pl_port_enqueue_remote(pl_port_t *port, pl_slot_t *slot, struct pl_e
 
 /* Releases what a queued message owns (no lock held). */
 void pl_slot_dispose(pl_slot_t *slot);
+
+/* How a message carries its reply right. */
+typedef enum pl_reply_mode {
+    PL_REPLY_SEND = 0,        /* a new send right (MACH_MSG_TYPE_MAKE_SEND) */
+    PL_REPLY_MAKE_ONCE = 1,   /* a new send-once right to a local port (MACH_MSG_TYPE_MAKE_SEND_ONCE) */
+    PL_REPLY_MOVE_ONCE = 2,   /* the caller's send-once right moves in (MACH_MSG_TYPE_MOVE_SEND_ONCE) */
+} pl_reply_mode_t;
+
+/* Queues a message that came over a connection through a send-once right the peer held: no credit is spent,
+ * since one right stands for one message (as pl_port_send_once queues locally). PL_ERR_INVALID_DEST: the port
+ * was destroyed; on error the caller still owns the slot. */
+pl_status_t pl_port_enqueue_once(pl_port_t *port, pl_slot_t *slot);
+
+/* Takes one send-once right to `port` without a notice: it moved elsewhere (into a frame that went to another
+ * process). No lock held. */
+void pl_port_forget_send_once(pl_port_t *port);
+
+/* Posts the send-once notice (PL_NOTIFY_SEND_ONCE) to a local port: one of its send-once rights went unused. */
+void pl_port_post_send_once_notice(pl_port_t *port);
 
 /* The cross-process part of a destroyed port's clean-up (pl_conn.c); no lock held. */
 void pl_remote_port_destroyed(pl_port_t *port);

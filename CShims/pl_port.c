@@ -28,6 +28,7 @@ static pl_port_t *pl_port_alloc(uint32_t qlimit, uint32_t max_msg_size) {
     pl_cond_init_monotonic(&port->senders);
     atomic_init(&port->refs, 1);
     atomic_init(&port->send_rights, 0);
+    atomic_init(&port->send_once_rights, 0);
     atomic_init(&port->make_sends, 0);
     atomic_init(&port->context, NULL);
     port->name = atomic_fetch_add_explicit(&pl_next_port_name, 1, memory_order_relaxed);
@@ -80,7 +81,10 @@ static void pl_extra_free(pl_msg_extra_t *extra) {
 /* Releases what a queued message owns. Called without any port lock held. */
 void pl_slot_dispose(pl_slot_t *slot) {
     if (slot->size > PL_INLINE_PAYLOAD) free(slot->payload.heap);
-    if (slot->reply != NULL) pl_port_release_send(slot->reply);
+    if (slot->reply != NULL) {
+        /* A request destroyed unanswered: its send-once right tells the reply port so. */
+        if (slot->reply_once) pl_port_release_send_once(slot->reply); else pl_port_release_send(slot->reply);
+    }
     pl_extra_free(slot->extra);
 }
 
@@ -150,34 +154,46 @@ pl_status_t pl_port_make_send(pl_port_t *port) {
     return PL_OK;
 }
 
+/* After a port's last send or send-once right went (no lock held): a receiver waiting for a reply that can no
+ * longer come is woken, directly or through its sets, which report the port as PL_ERR_NO_SENDERS; no-senders
+ * requests due now fire. */
+static void pl_port_last_right_gone(pl_port_t *port) {
+    pl_wake_list_t wakes = { .count = 0 };
+    pthread_mutex_lock(&port->lock);
+    struct pl_notification *due = port->notifications != NULL ? pl_notify_take_no_senders_locked(port) : NULL;
+    bool senderless = pl_port_senderless_locked(port);
+    bool wake = senderless && port->waiting_receivers > 0;
+    if (senderless) {
+        for (pl_membership_t *m = port->memberships; m != NULL; m = m->next_of_port) {
+            pl_port_set_mark_ready_locked(m, false, &wakes);
+        }
+    }
+    pthread_mutex_unlock(&port->lock);
+    if (wake) pthread_cond_broadcast(&port->receivers);
+    pl_wake_list_run(&wakes);
+    pl_notify_deliver(due);
+}
+
+/* Takes one of `counter`'s rights if there is one: a release too many must not take another reference. */
+static bool pl_take_right(atomic_uint *counter, unsigned *left) {
+    unsigned rights = atomic_load_explicit(counter, memory_order_relaxed);
+    do {
+        if (rights == 0) return false;
+    } while (!atomic_compare_exchange_weak_explicit(counter, &rights, rights - 1, memory_order_acq_rel,
+                                                    memory_order_relaxed));
+    *left = rights - 1;
+    return true;
+}
+
 pl_status_t pl_port_release_send(pl_port_t *port) {
     if (port == NULL) return PL_ERR_INVALID_ARG;
-    /* Take one right only if there is one: a release too many must not take the receive right's reference. */
-    unsigned rights = atomic_load_explicit(&port->send_rights, memory_order_relaxed);
-    do {
-        if (rights == 0) return PL_ERR_INVALID_NAME;
-    } while (!atomic_compare_exchange_weak_explicit(&port->send_rights, &rights, rights - 1,
-                                                    memory_order_acq_rel, memory_order_relaxed));
-    if (rights == 1) {
+    unsigned left;
+    if (!pl_take_right(&port->send_rights, &left)) return PL_ERR_INVALID_NAME;
+    if (left == 0) {
         if (port->proxy != NULL) {
             pl_proxy_unused(port); /* tell the owner; a transfer arriving meanwhile revives it */
         } else {
-            /* A receiver waiting for a reply that can no longer come: wake it, directly or through its sets,
-             * which report the port as PL_ERR_NO_SENDERS. */
-            pl_wake_list_t wakes = { .count = 0 };
-            pthread_mutex_lock(&port->lock);
-            struct pl_notification *due = port->notifications != NULL ? pl_notify_take_no_senders_locked(port) : NULL;
-            bool senderless = pl_port_senderless_locked(port);
-            bool wake = senderless && port->waiting_receivers > 0;
-            if (senderless) {
-                for (pl_membership_t *m = port->memberships; m != NULL; m = m->next_of_port) {
-                    pl_port_set_mark_ready_locked(m, false, &wakes);
-                }
-            }
-            pthread_mutex_unlock(&port->lock);
-            if (wake) pthread_cond_broadcast(&port->receivers);
-            pl_wake_list_run(&wakes);
-            pl_notify_deliver(due);
+            pl_port_last_right_gone(port);
         }
     }
     pl_port_release_internal(port);
@@ -373,15 +389,19 @@ static pl_status_t pl_port_wait_for_room_locked(pl_port_t *port, int64_t timeout
     return (!port->dead && pl_port_full_locked(port)) ? PL_ERR_TIMED_OUT : PL_OK;
 }
 
-pl_status_t pl_port_send_with(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
-                              const pl_attachment_t *attachments, uint32_t attachment_count, int64_t timeout_ns) {
+/* A send through a send right, carrying a send right or a send-once right to `reply` (see pl_reply_mode_t). */
+static pl_status_t pl_port_send_message(pl_port_t *port, int32_t id, const void *payload, size_t size,
+                                        pl_port_t *reply, pl_reply_mode_t mode, bool *reply_taken,
+                                        const pl_attachment_t *attachments, uint32_t attachment_count,
+                                        int64_t timeout_ns) {
     if (port == NULL || !pl_timeout_valid(timeout_ns)) return PL_ERR_INVALID_ARG;
     if (size > 0 && payload == NULL) return PL_ERR_INVALID_ARG;
     pl_status_t status = pl_attachments_check(attachments, attachment_count);
     if (status != PL_OK) return status;
     if (size > port->max_msg_size) return PL_ERR_TOO_LARGE;
     if (port->proxy != NULL) {
-        return pl_proxy_send(port, id, payload, size, reply, attachments, attachment_count, timeout_ns);
+        return pl_proxy_send(port, id, payload, size, reply, mode, reply_taken, attachments, attachment_count,
+                             timeout_ns);
     }
 
     /* Copy the payload and the attachments before taking the lock. */
@@ -410,8 +430,11 @@ pl_status_t pl_port_send_with(pl_port_t *port, int32_t id, const void *payload, 
     }
 
     if (reply != NULL) {
-        pl_port_make_send(reply);
+        if (mode == PL_REPLY_SEND) pl_port_make_send(reply);
+        else if (mode == PL_REPLY_MAKE_ONCE) pl_port_make_send_once(reply);
+        else *reply_taken = true; /* the caller's send-once right moves into the message */
         slot.reply = reply;
+        slot.reply_once = mode != PL_REPLY_SEND;
     }
     port->ring[(port->head + port->count) % port->ring_capacity] = slot;
     port->count++;
@@ -423,7 +446,13 @@ pl_status_t pl_port_send_with(pl_port_t *port, int32_t id, const void *payload, 
 
 pl_status_t pl_port_send(pl_port_t *port, int32_t id, const void *payload, size_t size,
                          pl_port_t *reply, int64_t timeout_ns) {
-    return pl_port_send_with(port, id, payload, size, reply, NULL, 0, timeout_ns);
+    return pl_port_send_message(port, id, payload, size, reply, PL_REPLY_SEND, NULL, NULL, 0, timeout_ns);
+}
+
+pl_status_t pl_port_send_with(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
+                              const pl_attachment_t *attachments, uint32_t attachment_count, int64_t timeout_ns) {
+    return pl_port_send_message(port, id, payload, size, reply, PL_REPLY_SEND, NULL, attachments, attachment_count,
+                                timeout_ns);
 }
 
 pl_status_t pl_port_enqueue_remote(pl_port_t *port, pl_slot_t *slot, pl_export_t *e) {
@@ -485,12 +514,153 @@ pl_status_t pl_port_requeue(pl_port_t *port, const pl_received_t *received, cons
         return status;
     }
     slot.reply = received->reply; /* the caller's right and attachments move in */
+    slot.reply_once = (received->flags & PL_RECEIVED_REPLY_ONCE) != 0;
     if (slot.extra != NULL) slot.extra->attachments = received->attachments;
     port->head = (port->head + port->ring_capacity - 1) % port->ring_capacity;
     port->ring[port->head] = slot;
     port->count++;
     pl_port_wake_after_enqueue_unlock(port, true);
     return PL_OK;
+}
+
+pl_status_t pl_port_send_request(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
+                                 int64_t timeout_ns) {
+    if (reply == NULL || reply->proxy != NULL) return PL_ERR_INVALID_ARG;
+    return pl_port_send_message(port, id, payload, size, reply, PL_REPLY_MAKE_ONCE, NULL, NULL, 0, timeout_ns);
+}
+
+pl_status_t pl_port_send_moving_once(pl_port_t *port, int32_t id, const void *payload, size_t size,
+                                     pl_port_t *reply, const pl_attachment_t *attachments, uint32_t attachment_count,
+                                     int64_t timeout_ns) {
+    if (reply == NULL) return PL_ERR_INVALID_ARG;
+    if (atomic_load_explicit(&reply->send_once_rights, memory_order_acquire) == 0) return PL_ERR_INVALID_NAME;
+    bool taken = false;
+    pl_status_t status = pl_port_send_message(port, id, payload, size, reply, PL_REPLY_MOVE_ONCE, &taken, attachments,
+                                              attachment_count, timeout_ns);
+    /* A destination that is gone takes the right with it, as a destroyed message would: its port is told. */
+    if (status == PL_ERR_INVALID_DEST && !taken) pl_port_release_send_once(reply);
+    return status;
+}
+
+/* ---- send-once rights ------------------------------------------------------------------------------ */
+
+/* A send-once right holds a memory reference and counts in send_once_rights. It is not a send right: no-senders
+ * ignores it. Its end is told to the port once, as a notice, unless a message went through it. A proxy's
+ * send-once rights count the same way; the owner, told by a frame, posts the notice in its process. */
+
+pl_status_t pl_port_make_send_once(pl_port_t *port) {
+    if (port == NULL || port->proxy != NULL) return PL_ERR_INVALID_ARG;
+    atomic_fetch_add(&port->send_once_rights, 1);
+    pl_port_retain_internal(port);
+    return PL_OK;
+}
+
+void pl_port_retain_memory(pl_port_t *port) { if (port != NULL) pl_port_retain_internal(port); }
+void pl_port_release_memory(pl_port_t *port) { if (port != NULL) pl_port_release_internal(port); }
+
+uint32_t pl_port_send_once_count(const pl_port_t *port) {
+    return port == NULL ? 0 : atomic_load_explicit(&((pl_port_t *)port)->send_once_rights, memory_order_relaxed);
+}
+
+/* After a local port's send-once right was taken (used, released or moved away): the last right's wake-ups, and
+ * its memory reference. */
+static void pl_port_send_once_gone(pl_port_t *port, unsigned left) {
+    if (left == 0 && atomic_load(&port->send_rights) == 0) pl_port_last_right_gone(port);
+    pl_port_release_internal(port);
+}
+
+void pl_port_post_send_once_notice(pl_port_t *port) {
+    /* Nothing if memory is short: a receiver that asked for no-senders wakes is still woken when the last right
+     * goes, so a requester learns the same thing. */
+    pl_msg_extra_t *extra = calloc(1, sizeof *extra);
+    if (extra == NULL) return;
+    unsigned char notice[PL_NOTICE_SIZE] = { 0 };
+    for (int i = 0; i < 8; i++) notice[i] = (unsigned char)(port->name >> (8 * i));
+    pl_port_post_notice(port, PL_NOTIFY_SEND_ONCE, notice, sizeof notice, extra);
+}
+
+void pl_port_forget_send_once(pl_port_t *port) {
+    unsigned left;
+    if (!pl_take_right(&port->send_once_rights, &left)) return;
+    if (port->proxy != NULL) {
+        if (left == 0 && atomic_load(&port->send_rights) == 0) pl_proxy_unused(port);
+        pl_port_release_internal(port);
+    } else {
+        pl_port_send_once_gone(port, left);
+    }
+}
+
+/* A proxy's send-once right ends with a frame to the owner. A send right is held across it, so that the proxy
+ * cannot be released (RELEASE) before that frame is written: the owner must see the right's end first. */
+static pl_status_t pl_proxy_once_end(pl_port_t *port, bool send, int32_t id, const void *payload, size_t size) {
+    pl_port_make_send(port);
+    unsigned left;
+    pl_status_t status = PL_OK;
+    if (!pl_take_right(&port->send_once_rights, &left)) {
+        status = PL_ERR_INVALID_NAME;
+    } else {
+        if (send) status = pl_proxy_send_once(port, id, payload, size); else pl_proxy_release_send_once(port);
+        pl_port_release_internal(port); /* the send-once right's reference */
+    }
+    pl_port_release_send(port); /* the last right: the proxy is unused now */
+    return status;
+}
+
+pl_status_t pl_port_release_send_once(pl_port_t *port) {
+    if (port == NULL) return PL_ERR_INVALID_ARG;
+    if (port->proxy != NULL) return pl_proxy_once_end(port, false, 0, NULL, 0);
+    unsigned left;
+    if (!pl_take_right(&port->send_once_rights, &left)) return PL_ERR_INVALID_NAME;
+    pl_port_post_send_once_notice(port);
+    pl_port_send_once_gone(port, left);
+    return PL_OK;
+}
+
+pl_status_t pl_port_enqueue_once(pl_port_t *port, pl_slot_t *slot) {
+    pthread_mutex_lock(&port->lock);
+    /* No limit check: one right, one message, as Mach queues a send-once message. */
+    pl_status_t status = port->dead ? PL_ERR_INVALID_DEST : pl_ring_reserve_locked(port);
+    if (status != PL_OK) {
+        pthread_mutex_unlock(&port->lock);
+        return status;
+    }
+    port->ring[(port->head + port->count) % port->ring_capacity] = *slot;
+    port->count++;
+    port->received++;
+    pl_port_wake_after_enqueue_unlock(port, false);
+    return PL_OK;
+}
+
+pl_status_t pl_port_send_once(pl_port_t *port, int32_t id, const void *payload, size_t size) {
+    if (port == NULL || (size > 0 && payload == NULL)) return PL_ERR_INVALID_ARG;
+    if (size > port->max_msg_size) return PL_ERR_TOO_LARGE;
+    if (port->proxy != NULL) return pl_proxy_once_end(port, true, id, payload, size);
+    pl_slot_t slot;
+    if (!pl_slot_fill(&slot, id, payload, size)) return PL_ERR_NO_MEMORY; /* the caller keeps the right */
+    /* The right is taken and the message queued in one hold of the lock: a receiver waiting for a reply never
+     * sees the port with neither (which it would take for no-senders). No limit check: one right, one message,
+     * as Mach queues a send-once message. */
+    pthread_mutex_lock(&port->lock);
+    unsigned left;
+    if (!pl_take_right(&port->send_once_rights, &left)) {
+        pthread_mutex_unlock(&port->lock);
+        pl_slot_dispose(&slot);
+        return PL_ERR_INVALID_NAME;
+    }
+    pl_status_t status = port->dead ? PL_ERR_INVALID_DEST : pl_ring_reserve_locked(port);
+    if (status == PL_OK) {
+        port->ring[(port->head + port->count) % port->ring_capacity] = slot;
+        port->count++;
+        port->received++;
+        pl_port_wake_after_enqueue_unlock(port, false);
+    } else {
+        if (status == PL_ERR_NO_MEMORY) atomic_fetch_add(&port->send_once_rights, 1); /* the caller keeps it */
+        pthread_mutex_unlock(&port->lock);
+        pl_slot_dispose(&slot); /* destroyed: the right goes with the port, no notice */
+        if (status == PL_ERR_NO_MEMORY) return status;
+    }
+    pl_port_send_once_gone(port, left);
+    return status;
 }
 
 /* ---- receive --------------------------------------------------------------------------------------- */
@@ -516,13 +686,14 @@ pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *bu
         memcpy(buffer, slot->payload.bytes, slot->size);
     }
     out->reply = slot->reply; /* the send right moves to the receiver */
+    if (slot->reply_once) out->flags = PL_RECEIVED_REPLY_ONCE;
     port->head = (port->head + 1) % port->ring_capacity;
     port->count--;
     pl_msg_extra_t *extra = slot->extra;
     if (extra != NULL) {
         out->sender = extra->sender;
         out->attachments = extra->attachments;
-        out->flags = extra->flags;
+        out->flags |= extra->flags;
         if (extra->origin != NULL) {
             pl_remote_room_freed_locked(port, extra->origin);
             pl_export_release(extra->origin); /* frees memory only, never takes a lock */

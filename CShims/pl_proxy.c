@@ -6,6 +6,12 @@
  * it carries become handles (this process's ports are exported; a proxy of the same connection is named by the
  * owner's handle), descriptors travel as SCM_RIGHTS, and a payload larger than a frame goes in fragments,
  * written under the connection's write lock so that they are never interleaved.
+ *
+ * Send-once rights (wire version 3): a reply right sent as one is flagged PL_RIGHT_ONCE and counted in the
+ * owner's export (`once`); the holder's proxy counts it in send_once_rights and keeps the proxy while it lasts.
+ * A message through it (PL_FRAME_ONCE) spends no credit: the right stands for its room, as in Mach. Dropped
+ * unused, it sends ONCE_GONE; when the connection ends, the owner counts what is left. Either way the owner
+ * posts the send-once notice in its process.
  */
 #include "pl_remote.h"
 
@@ -112,7 +118,8 @@ static void pl_proxy_release_now(pl_port_t *port) {
     pthread_mutex_lock(&conn->write_lock);
     pthread_mutex_lock(&conn->lock);
     bool unused = proxy->in_table && !conn->dead &&
-                  atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0;
+                  atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0 &&
+                  atomic_load_explicit(&port->send_once_rights, memory_order_acquire) == 0;
     uint32_t transfers = proxy->transfers, credits = proxy->credits;
     if (unused) {
         pl_proxy_unidle_locked(conn, port);
@@ -147,7 +154,8 @@ void pl_proxy_unused(pl_port_t *port) {
     bool first_idle = false;
     pthread_mutex_lock(&conn->lock);
     if (proxy->in_table && !conn->dead && !proxy->idle &&
-        atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0) {
+        atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0 &&
+        atomic_load_explicit(&port->send_once_rights, memory_order_acquire) == 0) {
         proxy->idle = true;
         proxy->idle_since = pl_now_ns();
         proxy->next_idle = NULL;
@@ -329,19 +337,24 @@ static pl_status_t pl_encode_right_locked(pl_conn_t *conn, pl_port_t *port, pl_w
     return PL_OK;
 }
 
-pl_status_t pl_proxy_send(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
-                          const pl_attachment_t *attachments, uint32_t attachment_count, int64_t timeout_ns) {
-    pl_conn_t *conn = port->proxy->conn;
-    if (reply != NULL && !pl_right_nameable(conn, reply)) return PL_ERR_INVALID_ARG;
-    for (uint32_t i = 0; i < attachment_count; i++) {
-        if (attachments[i].kind == PL_ATTACHMENT_SEND_RIGHT && !pl_right_nameable(conn, attachments[i].port)) {
-            return PL_ERR_INVALID_ARG;
-        }
-    }
-    int64_t deadline = pl_deadline_ns(timeout_ns);
-    pl_status_t status = pl_proxy_take_credit(port, timeout_ns, deadline);
-    if (status != PL_OK) return status;
+/* The owner's count of a send-once right it gave out on a message that could not go (the connection broke):
+ * taken back if the connection's end has not counted it already. Returns whether it was (the right's notice is
+ * then the caller's to post). No lock held. */
+static bool pl_proxy_unsend_once(pl_conn_t *conn, uint32_t handle) {
+    pthread_mutex_lock(&conn->lock);
+    pl_export_t *e = pl_handle_map_get(&conn->exports, handle);
+    bool counted = e != NULL && e->once > 0;
+    if (counted) e->once--;
+    pthread_mutex_unlock(&conn->lock);
+    return counted;
+}
 
+/* Writes one message (its credit taken, unless `once`: a message through a send-once right). */
+static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
+                                  pl_reply_mode_t mode, bool *reply_taken, const pl_attachment_t *attachments,
+                                  uint32_t attachment_count, int64_t timeout_ns, int64_t deadline, bool once) {
+    pl_conn_t *conn = port->proxy->conn;
+    pl_status_t status = PL_OK;
     /* Room in the outgoing queue for the whole message, fragments and all. */
     uint32_t first_room = pl_wire_first_fragment_room(attachment_count);
     uint32_t fragments = size <= first_room ? 1 : 1 + (uint32_t)((size - first_room + pl_wire_next_fragment_room() - 1) /
@@ -352,11 +365,12 @@ pl_status_t pl_proxy_send(pl_port_t *port, int32_t id, const void *payload, size
     uint8_t small[4096];
     uint8_t *frame = head_size + size <= sizeof small ? small : malloc(PL_WIRE_MAX_FRAME);
     if (frame == NULL) {
-        pl_proxy_give_back_credit(port);
+        if (!once) pl_proxy_give_back_credit(port);
         return PL_ERR_NO_MEMORY;
     }
     pthread_mutex_lock(&conn->write_lock);
-    while (conn->fd >= 0 && conn->out_head != NULL && conn->out_bytes + need > PL_CONN_OUTGOING_LIMIT) {
+    /* A message through a send-once right never waits: like a control frame, it is bounded by the rights. */
+    while (!once && conn->fd >= 0 && conn->out_head != NULL && conn->out_bytes + need > PL_CONN_OUTGOING_LIMIT) {
         if (timeout_ns == 0 || pl_now_ns() >= deadline) {
             pthread_mutex_unlock(&conn->write_lock);
             pl_proxy_give_back_credit(port);
@@ -379,6 +393,17 @@ pl_status_t pl_proxy_send(pl_port_t *port, int32_t id, const void *payload, size
                                   .attachment_count = attachment_count };
     pthread_mutex_lock(&conn->lock);
     if (reply != NULL) status = pl_encode_right_locked(conn, reply, &encoded.reply, &encoded);
+    /* A send-once reply right goes as one to a peer that knows them; an older peer gets a send right, and the
+     * reply port learns of its end from no-senders, as before version 3. */
+    uint32_t once_export = 0;
+    if (status == PL_OK && reply != NULL && mode != PL_REPLY_SEND && conn->peer_version >= 3) {
+        encoded.reply.flags |= PL_RIGHT_ONCE;
+        if (reply->proxy == NULL) {
+            pl_export_t *e = pl_handle_map_get(&conn->exports, encoded.reply.handle);
+            e->once++;
+            once_export = e->handle;
+        }
+    }
     for (uint32_t i = 0; i < attachment_count && status == PL_OK; i++) {
         if (attachments[i].kind == PL_ATTACHMENT_SEND_RIGHT) {
             status = pl_encode_right_locked(conn, attachments[i].port, &encoded.rights[i], &encoded);
@@ -388,10 +413,11 @@ pl_status_t pl_proxy_send(pl_port_t *port, int32_t id, const void *payload, size
         }
     }
     if (status != PL_OK) {
+        if (once_export != 0) ((pl_export_t *)pl_handle_map_get(&conn->exports, once_export))->once--;
         pl_conn_unexport_locked(conn, encoded.exported, encoded.exported_count);
         pthread_mutex_unlock(&conn->lock);
         pthread_mutex_unlock(&conn->write_lock);
-        pl_proxy_give_back_credit(port);
+        if (!once) pl_proxy_give_back_credit(port);
         if (frame != small) free(frame);
         return status;
     }
@@ -408,7 +434,8 @@ pl_status_t pl_proxy_send(pl_port_t *port, int32_t id, const void *payload, size
         uint32_t chunk = size - offset < room ? (uint32_t)(size - offset) : room;
         bool more = offset + chunk < size;
         message.offset = offset;
-        size_t head = pl_wire_encode_message_head(frame, more ? PL_FRAME_MORE : 0, &message, encoded.rights, chunk);
+        uint8_t flags = (uint8_t)((more ? PL_FRAME_MORE : 0) | (once && offset == 0 ? PL_FRAME_ONCE : 0));
+        size_t head = pl_wire_encode_message_head(frame, flags, &message, encoded.rights, chunk);
         if (chunk > 0) memcpy(frame + head, bytes + offset, chunk);
         status = pl_conn_put_frame_locked(conn, frame, head + chunk, encoded.fds, message.fd_count);
         /* Later fragments carry bytes only. */
@@ -425,5 +452,46 @@ pl_status_t pl_proxy_send(pl_port_t *port, int32_t id, const void *payload, size
     }
     pthread_mutex_unlock(&conn->write_lock);
     if (frame != small) free(frame);
+
+    /* A send-once right given out on a message that did not go (the connection broke) is counted back; a moved
+     * one ends there, and its port is told. One that went is the peer's now: the caller's is forgotten. */
+    bool unsent_once = status != PL_OK && once_export != 0 && pl_proxy_unsend_once(conn, once_export);
+    if (mode == PL_REPLY_MOVE_ONCE && reply != NULL) {
+        *reply_taken = true;
+        if (unsent_once) pl_port_post_send_once_notice(reply);
+        pl_port_forget_send_once(reply);
+    }
     return status;
+}
+
+pl_status_t pl_proxy_send(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
+                          pl_reply_mode_t mode, bool *reply_taken, const pl_attachment_t *attachments,
+                          uint32_t attachment_count, int64_t timeout_ns) {
+    pl_conn_t *conn = port->proxy->conn;
+    if (reply != NULL && !pl_right_nameable(conn, reply)) return PL_ERR_INVALID_ARG;
+    for (uint32_t i = 0; i < attachment_count; i++) {
+        if (attachments[i].kind == PL_ATTACHMENT_SEND_RIGHT && !pl_right_nameable(conn, attachments[i].port)) {
+            return PL_ERR_INVALID_ARG;
+        }
+    }
+    int64_t deadline = pl_deadline_ns(timeout_ns);
+    pl_status_t status = pl_proxy_take_credit(port, timeout_ns, deadline);
+    if (status != PL_OK) return status;
+    return pl_proxy_write(port, id, payload, size, reply, mode, reply_taken, attachments, attachment_count, timeout_ns,
+                          deadline, false);
+}
+
+pl_status_t pl_proxy_send_once(pl_port_t *port, int32_t id, const void *payload, size_t size) {
+    pl_conn_t *conn = port->proxy->conn;
+    pthread_mutex_lock(&conn->lock);
+    bool dead = conn->dead;
+    pthread_mutex_unlock(&conn->lock);
+    /* Gone with its port or its process: the owner has posted the notice, or destroyed the port. */
+    if (dead || pl_proxy_dead_name(port)) return PL_ERR_INVALID_DEST;
+    return pl_proxy_write(port, id, payload, size, NULL, PL_REPLY_SEND, NULL, NULL, 0, PL_TIMEOUT_FOREVER, 0, true);
+}
+
+void pl_proxy_release_send_once(pl_port_t *port) {
+    /* To a dead connection the frame goes nowhere: the owner counted the right when the connection ended. */
+    pl_conn_write_control(port->proxy->conn, PL_FRAME_ONCE_GONE, port->proxy->handle, 0, 0);
 }

@@ -82,6 +82,7 @@ typedef struct pl_export {
     uint32_t handle;
     /* the connection's lock: */
     uint32_t transfers;       /* rights sent on the connection that the peer has not released */
+    uint32_t once;            /* of those, send-once rights the peer holds, not yet used or given up */
     bool released;            /* out of the connection's table: a new right needs a new export */
     /* the port's lock: */
     uint32_t lent;            /* credit lent to the peer, owed included; part of port->reserved */
@@ -184,6 +185,8 @@ struct pl_conn {
         int32_t id;
         uint8_t *bytes;
         pl_port_t *reply;
+        bool reply_once;      /* reply is a send-once right */
+        bool once;            /* the message came through a send-once right (PL_FRAME_ONCE) */
         pl_attachments_t *attachments;
     } rx;
 };
@@ -265,9 +268,16 @@ void pl_proxy_reclaim(pl_conn_t *conn, uint32_t handle);
 void pl_proxy_dead(pl_conn_t *conn, uint32_t handle);
 uint32_t pl_proxy_import_total(void);
 void pl_proxy_forget_imports(uint32_t count); /* a connection's table was dropped whole */
-/* The proxy send path: pl_port_send on a proxy. */
+/* The proxy send path: pl_port_send on a proxy. With PL_REPLY_MOVE_ONCE, *reply_taken says whether the
+ * caller's send-once right left it (it went with the message, or was used up when the connection broke). */
 pl_status_t pl_proxy_send(pl_port_t *proxy, int32_t id, const void *payload, size_t size, pl_port_t *reply,
-                          const pl_attachment_t *attachments, uint32_t attachment_count, int64_t timeout_ns);
+                          pl_reply_mode_t mode, bool *reply_taken, const pl_attachment_t *attachments,
+                          uint32_t attachment_count, int64_t timeout_ns);
+/* pl_port_send_once on a proxy (the caller holds a send right to it for the call, and has taken the send-once
+ * right): a MESSAGE flagged PL_FRAME_ONCE, which spends no credit. */
+pl_status_t pl_proxy_send_once(pl_port_t *proxy, int32_t id, const void *payload, size_t size);
+/* pl_port_release_send_once on a proxy (same conditions): ONCE_GONE tells the owner, which posts the notice. */
+void pl_proxy_release_send_once(pl_port_t *proxy);
 /* The last send right to a proxy was released: tell the owner (RELEASE), at once or after a while. */
 void pl_proxy_unused(pl_port_t *proxy);
 /* A proxy gets a send right again (the connection's lock held): it is no longer idle. */

@@ -28,7 +28,7 @@ const char *pl_status_describe(pl_status_t status) {
     case PL_ERR_INVALID_ARG: return "invalid argument";
     case PL_ERR_ALREADY_IN_SET: return "already a member of the set";
     case PL_ERR_NOT_IN_SET: return "not a member of the set";
-    case PL_ERR_INVALID_NAME: return "invalid name: the port or set was destroyed";
+    case PL_ERR_INVALID_NAME: return "invalid name: the port or set was destroyed, or the right was used up";
     case PL_ERR_NO_MEMORY: return "out of memory";
     case PL_ERR_SYSTEM: return "system call failed";
     case PL_ERR_WOULD_DEADLOCK: return "would deadlock: the calling thread is the one that must receive the reply";

@@ -38,11 +38,16 @@ pl_wire_right_t pl_wire_right_at(const pl_wire_message_t *message, uint32_t i) {
 
 /* A right reference is well formed on its own: known kind, zero padding, fields that mean nothing for its kind
  * left zero, a non-zero handle, a maximum size a port can have. Descriptor indexes are checked by the caller. */
-static bool pl_right_valid(const uint8_t *p, bool may_be_none, bool may_be_fd, const char **reason) {
+static bool pl_right_valid(const uint8_t *p, bool may_be_none, bool may_be_fd, bool may_be_once,
+                           const char **reason) {
     pl_wire_right_t right = pl_read_right(p);
     if (p[2] != 0 || p[3] != 0) { *reason = "right: reserved bytes not zero"; return false; }
-    if (right.flags != 0 && !(right.kind == PL_RIGHT_SENDERS && right.flags == PL_RIGHT_PROMPT)) {
-        *reason = "right: unknown flags";
+    /* PROMPT on a right of the sender's; ONCE on a port right where a send-once right may travel (a reply). */
+    uint8_t allowed = (right.kind == PL_RIGHT_SENDERS ? PL_RIGHT_PROMPT : 0) |
+                      (may_be_once && (right.kind == PL_RIGHT_SENDERS || right.kind == PL_RIGHT_YOURS) ? PL_RIGHT_ONCE : 0);
+    if (right.flags & ~allowed) {
+        *reason = (right.flags & PL_RIGHT_ONCE & ~allowed) ? "right: a send-once right where it may not travel"
+                                                           : "right: unknown flags";
         return false;
     }
     switch (right.kind) {
@@ -85,9 +90,9 @@ static bool pl_decode_hello(const uint8_t *body, size_t size, pl_wire_frame_t *f
         *reason = "hello: unsupported version"; return false;
     }
     if (hello->status > PL_HELLO_FULL) { *reason = "hello: unknown status"; return false; }
-    /* Version 1 and 2 frames are at most PL_WIRE_MAX_FRAME bytes either way; the field lets a later version differ. */
-    if (hello->max_frame != PL_WIRE_MAX_FRAME) { *reason = "hello: a largest frame versions 1 and 2 do not use"; return false; }
-    if (!pl_right_valid(body + 12, true, false, reason)) return false;
+    /* Version 1 to 3 frames are at most PL_WIRE_MAX_FRAME bytes either way; the field lets a later version differ. */
+    if (hello->max_frame != PL_WIRE_MAX_FRAME) { *reason = "hello: a largest frame versions 1 to 3 do not use"; return false; }
+    if (!pl_right_valid(body + 12, true, false, false, reason)) return false;
     hello->bootstrap = pl_read_right(body + 12);
     if (hello->bootstrap.kind == PL_RIGHT_YOURS) { *reason = "hello: bootstrap names a right of the receiver"; return false; }
     return true;
@@ -97,7 +102,7 @@ static bool pl_decode_message(const uint8_t *body, size_t size, uint8_t flags, u
                               pl_wire_frame_t *frame, const char **reason) {
     const size_t fixed = PL_WIRE_MESSAGE_FIXED - PL_WIRE_HEADER_SIZE;
     if (size < fixed + PL_WIRE_RIGHT_SIZE) { *reason = "message: shorter than its header"; return false; }
-    if (flags & ~PL_FRAME_MORE) { *reason = "message: unknown flags"; return false; }
+    if (flags & ~(PL_FRAME_MORE | PL_FRAME_ONCE)) { *reason = "message: unknown flags"; return false; }
     pl_wire_message_t *m = &frame->u.message;
     m->dest = pl_get32(body);
     m->id = (int32_t)pl_get32(body + 4);
@@ -124,8 +129,15 @@ static bool pl_decode_message(const uint8_t *body, size_t size, uint8_t flags, u
             *reason = "message: rights in a later fragment"; return false;
         }
     }
-    if (!pl_right_valid(rights, true, false, reason)) return false;
+    if (!pl_right_valid(rights, true, false, true, reason)) return false;
     m->reply = pl_read_right(rights);
+    if (flags & PL_FRAME_ONCE) {
+        /* A message through a send-once right: its first fragment says so, and it carries no right. */
+        if (m->offset != 0) { *reason = "message: send-once flag on a later fragment"; return false; }
+        if (m->reply.kind != PL_RIGHT_NONE || m->attachment_count != 0) {
+            *reason = "message: rights in a message sent through a send-once right"; return false;
+        }
+    }
     m->attachments = rights + PL_WIRE_RIGHT_SIZE;
 
     /* Each received descriptor is named by exactly one attachment. */
@@ -133,7 +145,7 @@ static bool pl_decode_message(const uint8_t *body, size_t size, uint8_t flags, u
     uint32_t named = 0;
     for (uint32_t i = 0; i < m->attachment_count; i++) {
         const uint8_t *p = m->attachments + (size_t)i * PL_WIRE_RIGHT_SIZE;
-        if (!pl_right_valid(p, false, true, reason)) return false;
+        if (!pl_right_valid(p, false, true, false, reason)) return false;
         pl_wire_right_t right = pl_read_right(p);
         if (right.kind != PL_RIGHT_FD) continue;
         if (right.handle >= fd_count) { *reason = "message: descriptor index past those received"; return false; }
@@ -158,7 +170,8 @@ static bool pl_decode_message(const uint8_t *body, size_t size, uint8_t flags, u
 
 static bool pl_decode_control(const uint8_t *body, size_t size, uint8_t type, uint8_t flags,
                               pl_wire_frame_t *frame, const char **reason) {
-    size_t expected = type == PL_FRAME_RELEASE ? 12 : (type == PL_FRAME_RECLAIM || type == PL_FRAME_DEAD ? 4 : 8);
+    size_t expected = type == PL_FRAME_RELEASE
+                          ? 12 : (type == PL_FRAME_RECLAIM || type == PL_FRAME_DEAD || type == PL_FRAME_ONCE_GONE ? 4 : 8);
     if (size != expected) { *reason = "control: wrong size"; return false; }
     if (flags != 0) { *reason = "control: flags set"; return false; }
     frame->u.control.handle = pl_get32(body);
@@ -264,7 +277,7 @@ bool pl_wire_decode(const uint8_t *packet, size_t length, uint32_t fd_count, pl_
     case PL_FRAME_MESSAGE:
         return pl_decode_message(body, size, frame->flags, fd_count, frame, reason);
     case PL_FRAME_CREDIT: case PL_FRAME_WANT: case PL_FRAME_RECLAIM:
-    case PL_FRAME_RETURN: case PL_FRAME_RELEASE: case PL_FRAME_DEAD:
+    case PL_FRAME_RETURN: case PL_FRAME_RELEASE: case PL_FRAME_DEAD: case PL_FRAME_ONCE_GONE:
         return pl_decode_control(body, size, frame->type, frame->flags, frame, reason);
     case PL_FRAME_PROBE: case PL_FRAME_STATUS:
         if (frame->flags != 0) { *reason = frame->type == PL_FRAME_PROBE ? "probe: flags set" : "status: flags set"; return false; }
@@ -302,7 +315,7 @@ size_t pl_wire_encode_control(uint8_t *out, pl_frame_type_t type, uint32_t handl
     size_t size;
     pl_put32(body, handle);
     switch (type) {
-    case PL_FRAME_RECLAIM: case PL_FRAME_DEAD:
+    case PL_FRAME_RECLAIM: case PL_FRAME_DEAD: case PL_FRAME_ONCE_GONE:
         size = 4;
         break;
     case PL_FRAME_RELEASE:

@@ -7,7 +7,9 @@
  * direction is HELLO (magic, version; the service's carries the service port's right and its status). After
  * it: MESSAGE (a port message or a fragment of one), and the control frames that keep rights and queue room
  * in step (CREDIT, WANT, RECLAIM, RETURN, RELEASE, DEAD). Version 2 adds PROBE and STATUS: a client asks the
- * service's transport how the service is doing (or just for an echo, timing the round trip). The whole layout,
+ * service's transport how the service is doing (or just for an echo, timing the round trip). Version 3 adds
+ * send-once rights: a reply right flagged PL_RIGHT_ONCE, a MESSAGE flagged PL_FRAME_ONCE that uses one up, and
+ * ONCE_GONE for one released unused; a side sends them only to a peer that said version 3. The whole layout,
  * with the reasons, is in the documentation's "The wire" article.
  *
  * Rights are named by handles: small numbers that the port's owner gave out on this connection, valid on it
@@ -50,10 +52,13 @@ typedef enum pl_frame_type {
     PL_FRAME_DEAD = 8,     /* owner → holder: the port of `handle` was destroyed */
     PL_FRAME_PROBE = 9,    /* client → service (version 2): how is the service? answer `seq`, echo `echo` bytes */
     PL_FRAME_STATUS = 10,  /* service → client (version 2): the answer to PROBE `seq` */
+    PL_FRAME_ONCE_GONE = 11, /* holder → owner (version 3): a send-once right for `handle` was released unused */
 } pl_frame_type_t;
 
 /* MESSAGE flags */
 #define PL_FRAME_MORE 0x01u            /* more fragments of this message follow */
+#define PL_FRAME_ONCE 0x02u            /* (version 3, first fragment) sent through a send-once right for `dest`:
+                                        * no credit spent, no reply right, no attachments */
 /* WANT flags */
 #define PL_WANT_WAIT 0x01u             /* the sender waits: grant credit when room appears */
 
@@ -70,12 +75,14 @@ typedef enum pl_right_kind {
     PL_RIGHT_FD = 3,       /* a descriptor: `handle` is its index among the packet's SCM_RIGHTS */
 } pl_right_kind_t;
 
-/* Right flags (PL_RIGHT_SENDERS only) */
-#define PL_RIGHT_PROMPT 0x01u          /* release it as soon as you drop it: its owner waits for no-senders */
+/* Right flags */
+#define PL_RIGHT_PROMPT 0x01u          /* (SENDERS) release it as soon as you drop it: its owner waits for no-senders */
+#define PL_RIGHT_ONCE 0x02u            /* (version 3; SENDERS or YOURS, a message's reply right only) a send-once
+                                        * right, not a send right: good for one message */
 
 typedef struct pl_wire_right {
     uint8_t kind;          /* pl_right_kind_t */
-    uint8_t flags;         /* PL_RIGHT_PROMPT */
+    uint8_t flags;         /* PL_RIGHT_PROMPT, PL_RIGHT_ONCE */
     uint32_t handle;       /* or the descriptor's index */
     uint32_t credits;      /* PL_RIGHT_SENDERS: messages the receiver may send on it before asking */
     uint32_t max_size;     /* PL_RIGHT_SENDERS: the port's maximum payload size */
@@ -125,7 +132,7 @@ typedef struct pl_wire_frame {
         pl_wire_message_t message;
         pl_wire_probe_t probe;
         pl_wire_status_t status;
-        struct { uint32_t handle, count, flags, transfers; } control; /* CREDIT, WANT, RECLAIM, RETURN, RELEASE, DEAD */
+        struct { uint32_t handle, count, flags, transfers; } control; /* CREDIT … DEAD, ONCE_GONE */
     } u;
 } pl_wire_frame_t;
 

@@ -324,6 +324,65 @@ uint64_t pl_notification_id(const pl_notification_t *request);
 /** Releases the caller's handle; a pending request stays pending. */
 void pl_notification_release(pl_notification_t *request);
 
+/* ------------------------------------------------------------------------------------------------ */
+/* Send-once rights (MACH_PORT_RIGHT_SEND_ONCE)                                                       */
+
+/** msgh_id of a send-once notice (MACH_NOTIFY_SEND_ONCE, 0107): a send-once right to the port was released
+ *  unused, or the message or process holding it is gone. Posted to the port itself, with flag
+ *  PL_RECEIVED_NOTIFICATION and the PL_NOTICE_SIZE payload (the port's name, then two zero words). */
+#define PL_NOTIFY_SEND_ONCE 71
+
+/** Makes a send-once right to a local port (mach_port_insert_right with MACH_MSG_TYPE_MAKE_SEND_ONCE): a right
+ *  good for one message, which may be used from another process when it travels as a message's reply right.
+ *  The pointer is the right; it ends with pl_port_send_once or pl_port_release_send_once. Send-once rights do
+ *  not count as send rights (no-senders notifications ignore them), but a port with
+ *  pl_port_set_no_senders_wakes waits while one exists. A right to a destroyed port is a dead name (sending
+ *  through it fails with PL_ERR_INVALID_DEST). PL_ERR_INVALID_ARG for NULL or a proxy. */
+pl_status_t pl_port_make_send_once(pl_port_t *port);
+
+/** Sends one message through a send-once right and uses it up (mach_msg with MACH_MSG_TYPE_MOVE_SEND_ONCE). It
+ *  never waits: a message sent this way is queued over the queue limit, as Mach queues it, since one right
+ *  stands for one message (across processes too: it spends no credit). The right is used up whatever the
+ *  outcome, except with PL_ERR_TOO_LARGE, PL_ERR_INVALID_ARG and PL_ERR_NO_MEMORY, which leave it to the caller.
+ *  PL_ERR_INVALID_DEST: the port was destroyed, or its process is gone (the right is gone with it).
+ *  PL_ERR_INVALID_NAME: no send-once right to the port is held (used already). */
+pl_status_t pl_port_send_once(pl_port_t *port, int32_t id, const void *payload, size_t size);
+
+/** Releases a send-once right unused (mach_port_deallocate of a send-once right): the port receives a
+ *  PL_NOTIFY_SEND_ONCE notice, so whoever waits on it learns at once that no message will come through that
+ *  right. PL_ERR_INVALID_NAME when no send-once right to the port is held. */
+pl_status_t pl_port_release_send_once(pl_port_t *port);
+
+/** How many send-once rights to the port exist (made, not yet used or released). */
+uint32_t pl_port_send_once_count(const pl_port_t *port);
+
+/** Keeps the port's memory without holding any right, and lets it go: a caller whose send-once right may be used
+ *  up by one call, yet which still asks the port's name or state afterwards, holds one of these. */
+void pl_port_retain_memory(pl_port_t *port);
+void pl_port_release_memory(pl_port_t *port);
+
+/**
+ * Sends a request: a message whose reply right is a send-once right made for `reply`, a local port
+ * (mach_msg with MACH_MSG_TYPE_MAKE_SEND_ONCE as the reply disposition, as a MIG client stub sends). The
+ * receiver gets it with PL_RECEIVED_REPLY_ONCE in out->flags and answers with pl_port_send_once; if the request
+ * is destroyed unanswered, or its receiver releases the right, `reply` gets a PL_NOTIFY_SEND_ONCE notice.
+ * Otherwise as pl_port_send; PL_ERR_INVALID_ARG also for a `reply` that is NULL or a proxy.
+ */
+pl_status_t pl_port_send_request(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
+                                 int64_t timeout_ns);
+
+/**
+ * Sends a message whose reply right is the caller's send-once right to `reply` (mach_msg with
+ * MACH_MSG_TYPE_MOVE_SEND_ONCE as the reply disposition): a server forwarding a request to a worker hands the
+ * right on. On success the right is the message's; on PL_ERR_INVALID_DEST it was released (`reply` gets its
+ * notice); on any other error the caller keeps it. Across processes the right travels as a send-once right to
+ * a peer that speaks wire version 3, and as a send right to an older peer. PL_ERR_INVALID_NAME: the caller holds
+ * no send-once right to `reply`; PL_ERR_INVALID_ARG also for a right to a port of a third process.
+ */
+pl_status_t pl_port_send_moving_once(pl_port_t *port, int32_t id, const void *payload, size_t size,
+                                     pl_port_t *reply, const pl_attachment_t *attachments, uint32_t attachment_count,
+                                     int64_t timeout_ns);
+
 /** What a receive returned. */
 typedef enum pl_received_kind {
     PL_RECEIVED_MESSAGE = 0,  /**< a message; id, size, reply and arrival fields are set */
@@ -342,12 +401,14 @@ typedef struct pl_received {
     uint32_t offset;          /**< where the payload starts in the buffer: 0, except in a batch */
     pl_sender_t sender;       /**< who sent it; pid 0: this process */
     pl_attachments_t *attachments; /**< rights and descriptors it carried, or NULL; the receiver owns them */
-    uint32_t flags;           /**< PL_RECEIVED_NOTIFICATION, or 0 */
+    uint32_t flags;           /**< PL_RECEIVED_NOTIFICATION, PL_RECEIVED_REPLY_ONCE, or 0 */
 } pl_received_t;
 
 /** In pl_received_t.flags: the message is a notification the library posted (pl_notify.c), not a message any
  *  sender could forge (Mach's notifications come from the kernel, with no sender port). */
 #define PL_RECEIVED_NOTIFICATION 0x1u
+/** In pl_received_t.flags: `reply` is a send-once right (pl_port_send_once answers it), not a send right. */
+#define PL_RECEIVED_REPLY_ONCE 0x2u
 
 /**
  * Receives the next message of a port (mach_msg with MACH_RCV_MSG | MACH_RCV_TIMEOUT | MACH_RCV_LARGE).

@@ -8,7 +8,11 @@
 //       echo); 4 read a descriptor (the first attachment: reply with the bytes read from it); 5 who am I (reply:
 //       "pid uid gid unique" of the sender); 6 no reply (the reply right is dropped); 8 record (reply: nothing,
 //       and the payload "pid thread seq" is checked for per-sender order; mismatches make id 9 fail);
-//       9 report (reply: "received N" or "order broken ..."); 10 stop (the loop stops and the process exits 0).
+//       9 report (reply: "received N" or "order broken ..."); 10 stop (the loop stops and the process exits 0);
+//       11 reply twice (answers id 111 through the send-once reply right, then tries again and keeps the error);
+//       12 report that error (reply id 112: the error, or "sent"); 13 hold (the reply right is kept, unused,
+//       and `holding` is printed: the test kills the process); 14 hand back (the message's reply right goes, as
+//       the reply right, in a message id 114 to the first attachment, a send right; no answer of its own).
 //       --paused: the loop starts only when a line arrives on stdin. --activated: LISTEN_PID is this process
 //       (a test's stand-in for systemd, which sets it after fork). --refuse: a policy that admits nobody (not even
 //       this user or root), so every look-up is refused.
@@ -171,6 +175,8 @@ case "serve":
     nonisolated(unsafe) var lastSeq: [String: Int] = [:]
     nonisolated(unsafe) var received = 0
     nonisolated(unsafe) var broken: String?
+    nonisolated(unsafe) var secondSend = "none"
+    nonisolated(unsafe) var held: [PortSendRight] = []
     let loop = PortRunLoop.current
     let source = RunLoopPortSource(port: port) { message in
         switch message.id {
@@ -211,6 +217,29 @@ case "serve":
         case 10:
             loop.stop()
             return PortReply(id: 110)
+        case 11:
+            guard let reply = message.replyPort else { return nil }
+            do { try reply.send(id: 111, bytes: message.payload, timeout: .poll) } catch { fail("reply 11: \(error)") }
+            do throws(PortError) {
+                try reply.send(id: 111, bytes: message.payload, timeout: .poll)
+                secondSend = "sent"
+            } catch {
+                secondSend = "\(error)"
+            }
+            return nil
+        case 12:
+            return PortReply(id: 112, bytes: Array(secondSend.utf8))
+        case 13:
+            if let reply = message.replyPort { held.append(reply) }
+            say("holding \(held.count)")
+            return nil
+        case 14:
+            if case let .sendRight(back)? = message.attachments.first, let reply = message.replyPort {
+                do { try back.send(id: 114, bytes: message.payload, replyPort: reply, timeout: .poll) } catch {
+                    fail("hand back: \(error)")
+                }
+            }
+            return nil
         default:
             return PortReply(id: 199)
         }

@@ -5,16 +5,18 @@ changing the wire."""
 import os
 import struct
 
-HELLO, MESSAGE, CREDIT, WANT, RECLAIM, RETURN, RELEASE, DEAD, PROBE, STATUS = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+HELLO, MESSAGE, CREDIT, WANT, RECLAIM, RETURN, RELEASE, DEAD, PROBE, STATUS, ONCE_GONE = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 NONE, SENDERS, YOURS, FD = 0, 1, 2, 3
+MORE, ONCE = 0x01, 0x02        # MESSAGE flags
+PROMPT, RIGHT_ONCE = 0x01, 0x02  # right flags
 
 
 def frame(kind, flags, body):
     return struct.pack("<BBHI", kind, flags, 0, 8 + len(body)) + body
 
 
-def right(kind=NONE, handle=0, credits=0, max_size=0):
-    return struct.pack("<BBHIII", kind, 0, 0, handle, credits, max_size)
+def right(kind=NONE, handle=0, credits=0, max_size=0, flags=0):
+    return struct.pack("<BBHIII", kind, flags, 0, handle, credits, max_size)
 
 
 def hello(status=0, bootstrap=right(), version=2):
@@ -33,10 +35,10 @@ def status(seq, pid=1234, uid=1000, gid=1000, depth=2, limit=64, max_size=65536,
 
 
 def message(dest, ident, payload, total=None, offset=0, reply=right(), attachments=(), fds=0, more=False,
-            credit=(0, 0)):
+            credit=(0, 0), once=False):
     total = len(payload) if total is None else total
     head = struct.pack("<IiIIHHII", dest, ident, total, offset, len(attachments), fds, credit[0], credit[1])
-    return frame(MESSAGE, 1 if more else 0, head + reply + b"".join(attachments) + payload)
+    return frame(MESSAGE, (MORE if more else 0) | (ONCE if once else 0), head + reply + b"".join(attachments) + payload)
 
 
 def control(kind, handle, value=None, extra=None):
@@ -105,6 +107,20 @@ seeds = {
         (0, hello(0, right(SENDERS, 1, 2, 1024), version=3)),
         (0, control(CREDIT, 1, 3) + message(1, 13, b"to the client's own port") + control(RECLAIM, 1)),
         (0, status(1) + control(DEAD, 1)),
+    ]),
+    # Version 3: send-once rights. The harness's port has given the peer send-once rights (see pl_fuzz_wire.c).
+    "service-send-once": conversation(True, [
+        (0, hello(version=3)),
+        (0, message(1, 20, b"ask once", reply=right(SENDERS, 7, 0, 64, flags=RIGHT_ONCE | PROMPT))),
+        (0, message(1, 21, b"through a send-once right", once=True)),
+        (0, control(ONCE_GONE, 1)),
+        (0, message(1, 22, b"yours, once", reply=right(YOURS, 1, flags=RIGHT_ONCE))),
+        (0, message(1, 23, b"C" * 600, total=1000, more=True, once=True)),
+        (0, message(1, 23, b"D" * 400, total=1000, offset=600)),
+    ]),
+    "service-send-once-from-version-2": conversation(True, [
+        (0, hello(version=2)),
+        (0, message(1, 24, b"a version 2 peer has no send-once right", once=True)),
     ]),
     "client-status": conversation(False, [
         (0, hello(0, right(SENDERS, 1, 2, 1024))),

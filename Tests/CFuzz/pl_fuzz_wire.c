@@ -9,9 +9,11 @@
  * flags bit 0: the connection is a service's (it expects the client's hello) or a client's (it expects the
  * service's hello, with the service port's right). The connection runs on one end of a socketpair with a port
  * of its own exported as handle 1 (queue limit 4, payloads up to 1024 bytes, 2 credits lent), exactly as a
- * service's connection is after its hello; the other end is drained and dropped. Each packet goes through
- * pl_conn_receive_packet, as the reader hands it over (several frames back to back once the peer's hello said
- * version 3 and no descriptors came), with fd_count fresh descriptors beside it;
+ * service's connection is after its hello, and as if 4 send-once rights to it had gone to the peer with reply
+ * rights (so that version 3's send-once messages and ONCE_GONE reach the connection's checks); the other end is
+ * drained and dropped. Each packet goes through pl_conn_receive_packet, as the reader hands it over (several
+ * frames back to back once the peer's hello said version 3 and no descriptors came), with fd_count fresh
+ * descriptors beside it;
  * the first packet refused ends the input, as a disconnection would. Between packets the port is drained.
  * A service's connection belongs to a service of that port which welcomed the peer, so that PROBE is answered
  * (when the peer's hello said version 2); a client's connection has a status query waiting for STATUS 1
@@ -76,7 +78,9 @@ static void drain_port(pl_port_t *port) {
     uint8_t buffer[1024];
     pl_received_t out;
     while (pl_port_receive(port, &out, buffer, sizeof buffer, 0) == PL_OK) {
-        if (out.reply != NULL) pl_port_release_send(out.reply);
+        if (out.reply != NULL) {
+            if (out.flags & PL_RECEIVED_REPLY_ONCE) pl_port_release_send_once(out.reply); else pl_port_release_send(out.reply);
+        }
         pl_attachments_free(out.attachments);
     }
 }
@@ -110,6 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pl_wire_right_t right;
     bool dead;
     if (pl_conn_export_locked(conn, port, &right, &dead) != PL_OK || right.handle != 1) fail("export");
+    ((pl_export_t *)pl_handle_map_get(&conn->exports, 1))->once = 4; /* their notices come at the teardown */
     /* What pl_service_accepted and pl_service_status would have set up (see the top). */
     pl_service_t service = { .listen_fd = -1, .lock_fd = -1, .port = port };
     atomic_init(&service.refs, 1);
@@ -156,6 +161,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         drain_socket(pair[1]);
         if (!ok) {
             if (reason == NULL) fail("a refused frame without a reason");
+            /* PL_FUZZ_VERBOSE: say why an input ended early (to check that a seed goes where it is meant to). */
+            if (getenv("PL_FUZZ_VERBOSE") != NULL) fprintf(stderr, "pl_fuzz_wire: refused: %s\n", reason);
             break;
         }
     }

@@ -31,6 +31,10 @@
  *                            receives and membership changes race: exactly-once, reply rights kept
  *   descriptors              three descriptors per set; descriptor exhaustion gives PL_ERR_SYSTEM naming
  *                            each system call in turn, leaks nothing, and recovers
+ *   send_once_race           400 requests with a send-once reply right, the replier answering (once, or
+ *                            twice: the second is invalid-name), releasing the right, or leaving the
+ *                            request to be destroyed, while the requester waits on the reply port or its
+ *                            set: an answer or one send-once notice each, never a wait for the timeout
  *   status_queries           four threads ask a service in a child process for its status over one
  *                            connection, with echoes of every size, until the child is killed: each gets
  *                            answers from the child's pid, then invalid-destination, none waits longer
@@ -144,7 +148,8 @@ static bool message_intact(const pl_received_t *header, const unsigned char *buf
 
 static void release_reply(pl_received_t *header) {
     if (header->reply != NULL) {
-        pl_port_release_send(header->reply);
+        if (header->flags & PL_RECEIVED_REPLY_ONCE) pl_port_release_send_once(header->reply);
+        else pl_port_release_send(header->reply);
         header->reply = NULL;
     }
 }
@@ -1287,6 +1292,87 @@ static void run_in_own_process(void (*body)(void)) {
     CHECK(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 1));
 }
 
+/* ---- send_once_race ------------------------------------------------------------------------------- */
+
+enum { SO_ROUNDS = 400 };
+
+typedef struct {
+    pl_port_t *dest;          /* a send right belongs to this thread */
+    int mode;                 /* 0 answer, 1 answer twice, 2 release the right, 3 destroy the request's port */
+} so_arg_t;
+
+static void *so_replier(void *raw) {
+    so_arg_t *arg = raw;
+    if (arg->mode == 3) {
+        sleep_us(20);
+        CHECK_OK(pl_port_destroy(arg->dest)); /* the queued request goes, and its right with it */
+    } else {
+        unsigned char buffer[64];
+        pl_received_t header;
+        CHECK_OK(pl_port_receive(arg->dest, &header, buffer, sizeof buffer, 5000 * MS));
+        CHECK(header.reply != NULL && (header.flags & PL_RECEIVED_REPLY_ONCE));
+        if (arg->mode == 2) {
+            CHECK_OK(pl_port_release_send_once(header.reply));
+        } else {
+            CHECK_OK(pl_port_send_once(header.reply, header.id + 1, buffer, header.size));
+            if (arg->mode == 1) CHECK_STATUS(pl_port_send_once(header.reply, 0, NULL, 0), PL_ERR_INVALID_NAME);
+        }
+        CHECK_OK(pl_port_destroy(arg->dest));
+    }
+    pl_port_release_send(arg->dest);
+    return NULL;
+}
+
+static void scenario_send_once_race(void) {
+    for (int round = 0; round < SO_ROUNDS; round++) {
+        pl_port_t *dest = new_port(4), *reply = new_port(1);
+        pl_port_set_no_senders_wakes(reply, 1);
+        pl_port_set_t *set = NULL;
+        if (round % 2) {
+            set = new_set();
+            CHECK_OK(pl_port_set_insert(set, reply));
+        }
+        int mode = round % 4;
+        CHECK_OK(pl_port_send_request(dest, round, "ask", 3, reply, 0));
+        CHECK(pl_port_send_once_count(reply) == 1 && pl_port_send_right_count(reply) == 0);
+        pl_port_make_send(dest);
+        so_arg_t arg = { .dest = dest, .mode = mode };
+        pthread_t replier;
+        start_thread(&replier, so_replier, &arg);
+
+        /* The requester: an answer, or the notice (or no-senders, which a right ending just before its notice
+         * is queued may show first), and never the timeout. */
+        unsigned char buffer[64];
+        pl_received_t header;
+        int64_t t0 = now_ns();
+        pl_status_t status = set ? pl_port_set_receive(set, &header, buffer, sizeof buffer, 10000 * MS)
+                                 : pl_port_receive(reply, &header, buffer, sizeof buffer, 10000 * MS);
+        CHECK(now_ns() - t0 < 5000 * MS);
+        int answers = 0, notices = 0;
+        if (status == PL_OK) {
+            if (header.flags & PL_RECEIVED_NOTIFICATION) {
+                CHECK(header.id == PL_NOTIFY_SEND_ONCE && header.size == PL_NOTICE_SIZE);
+                notices++;
+            } else {
+                CHECK(header.id == round + 1 && header.size == 3 && memcmp(buffer, "ask", 3) == 0);
+                answers++;
+            }
+        } else {
+            CHECK_STATUS(status, PL_ERR_NO_SENDERS);
+        }
+        pthread_join(replier, NULL);
+        /* What else came: the notice behind a no-senders, and nothing more. */
+        while (pl_port_receive(reply, &header, buffer, sizeof buffer, 0) == PL_OK) {
+            if (header.flags & PL_RECEIVED_NOTIFICATION) notices++; else answers++;
+        }
+        CHECK(answers == (mode <= 1 ? 1 : 0));
+        CHECK(notices == (mode <= 1 ? 0 : 1));
+        CHECK(pl_port_send_once_count(reply) == 0);
+        if (set) pl_port_set_release(set);
+        CHECK_OK(pl_port_destroy(reply));
+    }
+}
+
 /* ---- notifications --------------------------------------------------------------------------------- */
 
 /* Rights released, requests cancelled and the port destroyed, all at once: every dead-name request is delivered
@@ -1527,6 +1613,7 @@ int main(int argc, char **argv) {
         { "descriptors", scenario_descriptors },
         { "handle_wrap", scenario_handle_wrap },
         { "notifications", scenario_notifications },
+        { "send_once_race", scenario_send_once_race },
         { "fork_child", scenario_fork_child },
         { "status_queries", scenario_status_queries },
     };

@@ -23,3 +23,4 @@ let portLoopPublicTypes: [Any.Type] = [
 ]
 /// Noncopyable types cannot be `Any.Type`.
 let portLoopReceiveRightType = PortReceiveRight.self
+let portLoopSendOnceRightType = PortSendOnceRight.self

@@ -20,7 +20,8 @@ public enum PortError: Error, Hashable, Sendable {
     case alreadyInSet
     /// The port or descriptor is not a member of the set (`KERN_NOT_IN_SET`).
     case notInSet
-    /// The port or set was destroyed before this call (`MACH_RCV_INVALID_NAME`, `KERN_INVALID_NAME`).
+    /// The port or set was destroyed before this call (`MACH_RCV_INVALID_NAME`, `KERN_INVALID_NAME`), or the
+    /// send-once right was used up already (`MACH_SEND_INVALID_RIGHT`).
     case invalidName
     /// Memory ran out (`KERN_RESOURCE_SHORTAGE`).
     case outOfMemory

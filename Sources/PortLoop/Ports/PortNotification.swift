@@ -1,12 +1,13 @@
 import CPortLoop
 
-/// A notification message that PortLoop posted to a port you chose (Mach's notifications, which the kernel
-/// sends: `MACH_NOTIFY_NO_SENDERS`, `MACH_NOTIFY_DEAD_NAME`).
+/// A notification message that PortLoop posted to a port (Mach's notifications, which the kernel sends:
+/// `MACH_NOTIFY_NO_SENDERS`, `MACH_NOTIFY_DEAD_NAME`, `MACH_NOTIFY_SEND_ONCE`).
 ///
 /// Ask for one with ``PortReceiveRight/requestNoSendersNotification(to:makeSendCount:)`` or
 /// ``PortSendRight/requestDeadNameNotification(to:)``; it arrives as a message on the port you named, in order
 /// with that port's other messages, so a run loop handles it in a ``RunLoopPortSource`` like any other. Read it
-/// back with ``init(_:)``. Each request is delivered exactly once, unless it is cancelled first.
+/// back with ``init(_:)``. Each request is delivered exactly once, unless it is cancelled first. A send-once
+/// notice needs no request: it goes to the port of a ``PortSendOnceRight`` that ended unused, once per right.
 public enum PortNotification: Hashable, Sendable, CustomStringConvertible {
     /// No send right to `port` is left anywhere — held by a thread, queued in a message, or held by another
     /// process (`MACH_NOTIFY_NO_SENDERS`). `makeSendCount` is the port's ``PortReceiveRight/makeSendCount`` at
@@ -15,11 +16,17 @@ public enum PortNotification: Hashable, Sendable, CustomStringConvertible {
     /// `port` became a dead name: its receive right was destroyed, or the process holding it is gone
     /// (`MACH_NOTIFY_DEAD_NAME`).
     case deadName(port: PortName, request: PortNotificationRequest.ID)
+    /// A send-once right to `port` ended without a message: its holder dropped it, the message carrying it was
+    /// destroyed unreceived, or the process holding it is gone (`MACH_NOTIFY_SEND_ONCE`). Posted to `port`
+    /// itself, once for each such right; a request's reply port receiving it means that no reply will come.
+    case sendOnce(port: PortName)
 
     /// The message id of a no-senders notification (`MACH_NOTIFY_NO_SENDERS`, 0106).
     public static let noSendersMessageID = Int32(PL_NOTIFY_NO_SENDERS)
     /// The message id of a dead-name notification (`MACH_NOTIFY_DEAD_NAME`, 0110).
     public static let deadNameMessageID = Int32(PL_NOTIFY_DEAD_NAME)
+    /// The message id of a send-once notification (`MACH_NOTIFY_SEND_ONCE`, 0107).
+    public static let sendOnceMessageID = Int32(PL_NOTIFY_SEND_ONCE)
 
     /// Reads a notification from a received message; `nil` for any message PortLoop did not post as one
     /// (``ReceivedMessage/isNotification`` is false), whatever its id.
@@ -32,6 +39,7 @@ public enum PortNotification: Hashable, Sendable, CustomStringConvertible {
         switch message.id {
         case Self.noSendersMessageID: self = .noSenders(port: port, makeSendCount: word(1), request: request)
         case Self.deadNameMessageID: self = .deadName(port: port, request: request)
+        case Self.sendOnceMessageID: self = .sendOnce(port: port)
         default: return nil
         }
     }
@@ -39,14 +47,15 @@ public enum PortNotification: Hashable, Sendable, CustomStringConvertible {
     /// The port the notification is about.
     public var port: PortName {
         switch self {
-        case let .noSenders(port, _, _), let .deadName(port, _): port
+        case let .noSenders(port, _, _), let .deadName(port, _), let .sendOnce(port): port
         }
     }
 
-    /// The request it answers.
+    /// The request it answers; id 0 for a send-once notice, which answers none.
     public var request: PortNotificationRequest.ID {
         switch self {
         case let .noSenders(_, _, request), let .deadName(_, request): request
+        case .sendOnce: PortNotificationRequest.ID(rawValue: 0)
         }
     }
 
@@ -54,6 +63,7 @@ public enum PortNotification: Hashable, Sendable, CustomStringConvertible {
         switch self {
         case let .noSenders(port, count, request): "no senders for \(port) (make-send count \(count), \(request))"
         case let .deadName(port, request): "\(port) is a dead name (\(request))"
+        case let .sendOnce(port): "a send-once right to \(port) ended unused"
         }
     }
 }

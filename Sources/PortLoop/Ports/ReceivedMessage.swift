@@ -6,7 +6,8 @@ public struct ReceivedMessage: Sendable {
     public var id: Int32
     /// The payload bytes.
     public var payload: [UInt8]
-    /// A send right to answer on, if the sender gave one (`msgh_remote_port` on receipt).
+    /// A right to answer on, if the sender gave one (`msgh_remote_port` on receipt): for a request, a send-once
+    /// right (``PortSendRight/isSendOnce``), used up by the answer; dropped unanswered, the requester is told.
     public var replyPort: PortSendRight?
     /// The port the message arrived on; useful when receiving on a ``PortSet``.
     public var arrivalPort: PortName
@@ -75,9 +76,10 @@ public struct ReceivedMessageHeader: Sendable {
 }
 
 extension pl_received_t {
-    /// Takes ownership of the reply right carried by a received message.
+    /// Takes ownership of the reply right carried by a received message: a send-once right for a request.
     func adoptReplyPort() -> PortSendRight? {
-        reply.map { PortSendRight(adopting: $0) }
+        guard let reply else { return nil }
+        return flags & PL_RECEIVED_REPLY_ONCE != 0 ? PortSendRight(adoptingSendOnce: reply) : PortSendRight(adopting: reply)
     }
 
     /// Takes ownership of the rights and descriptors carried by a received message; frees the C list.

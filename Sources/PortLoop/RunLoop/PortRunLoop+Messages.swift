@@ -106,7 +106,10 @@ extension PortRunLoop {
         case .wakeUp:
             return .done(false) // `doBlocks` clears `wakeUpQueued`
         case .unknown:
-            if let reply = header.reply { pl_port_release_send(reply) }
+            if let reply = header.reply {
+                // A request's send-once reply right ends here: its requester is told.
+                if header.flags & PL_RECEIVED_REPLY_ONCE != 0 { pl_port_release_send_once(reply) } else { pl_port_release_send(reply) }
+            }
             pl_attachments_free(header.attachments)
             return .done(false)
         case let .putBack(departed):
@@ -153,7 +156,10 @@ extension PortRunLoop {
         var header = header
         let status = pl_port_requeue(source.port.port, &header, payload)
         if status != PL_OK {
-            if let reply = header.reply { pl_port_release_send(reply) }
+            if let reply = header.reply {
+                // A request's send-once reply right ends here: its requester is told.
+                if header.flags & PL_RECEIVED_REPLY_ONCE != 0 { pl_port_release_send_once(reply) } else { pl_port_release_send(reply) }
+            }
             pl_attachments_free(header.attachments)
         }
     }

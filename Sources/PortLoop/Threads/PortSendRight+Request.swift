@@ -41,13 +41,15 @@ extension PortSendRight {
                                    reason: "\(maxReplySize) is outside 1…\(PortReceiveRight.maxMessageSizeLimit)")
         }
         let total = try timeout.nanoseconds()
+        try checkNotSendOnce()
         if let loop = LoopRegistry.currentIfExists(), loop.servesPort(name) { throw .calledOnLoopThread }
         let deadline = total > 0 ? monotonicNanoseconds().addingClamped(total) : 0
         // One reply is expected: a queue of one holds it, and a second reply from a confused replier fails
         // at its end instead of waiting here.
         let replies = try PortReceiveRight(queueLimit: 1, maxMessageSize: PortReceiveRight.maxMessageSizeLimit)
-        // When the replier lets go of the reply right without answering (or its process dies), the receive
-        // below ends at once with noReply: nothing else can come. The message holds the only send right.
+        // When the replier lets go of the reply right without answering (or its process dies), the reply port
+        // gets the send-once notice, or finds no right left: either ends the wait at once with noReply. The
+        // message holds the only right, a send-once right.
         pl_port_set_no_senders_wakes(replies.port, 1)
         try sendRequest(id: id, bytes: bytes, replyPort: replies.port, timeout: total)
 
@@ -57,11 +59,14 @@ extension PortSendRight {
         case PL_TIMEOUT_FOREVER: remaining = .forever
         default: remaining = .after(.nanoseconds(max(0, deadline - monotonicNanoseconds())))
         }
+        let reply: ReceivedMessage
         do {
-            return try replies.receive(timeout: remaining, maxSize: maxReplySize)
+            reply = try replies.receive(timeout: remaining, maxSize: maxReplySize)
         } catch .noReply where isDeadName {
             throw .invalidDestination // the destination died, taking the reply right with it
         }
+        try Self.checkNotSendOnceNotice(reply, destinationDead: isDeadName)
+        return reply
         // `replies` is destroyed here: a reply still on its way finds a dead name.
     }
 }
@@ -86,6 +91,7 @@ extension PortSendRight {
                                    reason: "\(maxReplySize) is outside 1…\(PortReceiveRight.maxMessageSizeLimit)")
         }
         let total = try timeout.nanoseconds()
+        try checkNotSendOnce()
         let deadline = total > 0 ? monotonicNanoseconds().addingClamped(total) : (total == 0 ? 0 : .max)
         let replies = try PortReceiveRight(queueLimit: 1, maxMessageSize: PortReceiveRight.maxMessageSizeLimit)
         pl_port_set_no_senders_wakes(replies.port, 1) // as in the synchronous form
@@ -136,17 +142,34 @@ extension PortSendRight {
             if noSenders { throw isDeadName ? .invalidDestination : .noReply }
             throw .timedOut
         }
+        try Self.checkNotSendOnceNotice(reply, destinationDead: isDeadName)
         guard reply.payload.count <= maxReplySize else {
             throw .tooLarge(size: reply.payload.count, limit: maxReplySize)
         }
         return reply
     }
 
-    /// Sends a request whose reply right is made here, for `replyPort`, so that the message holds the only
-    /// send right to it (the reply port is told when that one goes).
+    /// A request goes through a send right: a send-once right is good for one message that carries no right.
+    private func checkNotSendOnce() throws(PortError) {
+        if isSendOnce {
+            throw .invalidArgument(argument: "self", reason: "a request cannot go through a send-once right")
+        }
+    }
+
+    /// The reply right was a send-once right: the notice that it went unused (released, destroyed with the
+    /// request, or with the replier's process; MIG's `MIG_SERVER_DIED`) ends the request at once.
+    private static func checkNotSendOnceNotice(_ reply: ReceivedMessage, destinationDead: Bool) throws(PortError) {
+        if reply.isNotification && reply.id == PortNotification.sendOnceMessageID {
+            throw destinationDead ? .invalidDestination : .noReply
+        }
+    }
+
+    /// Sends a request whose reply right is a send-once right made here for `replyPort`
+    /// (`MACH_MSG_TYPE_MAKE_SEND_ONCE`), the only right to it: the reply port gets the reply through it, or its
+    /// send-once notice.
     private func sendRequest(id: Int32, bytes: [UInt8], replyPort: OpaquePointer, timeout: Int64) throws(PortError) {
         let status = bytes.withUnsafeBytes { raw in
-            pl_port_send(port, id, raw.baseAddress, raw.count, replyPort, timeout)
+            pl_port_send_request(port, id, raw.baseAddress, raw.count, replyPort, timeout)
         }
         try PortError.check(status, operation: "request", size: bytes.count, limit: Int(pl_port_get_max_msg_size(port)))
     }
