@@ -1,16 +1,17 @@
 /*
  * pl_wire.h — the frames two processes exchange over a connection's SOCK_SEQPACKET socket. Not public API.
  *
- * A frame is one packet, or (version 3, between peers that both say 3) one of several frames back to back in a
- * packet that carries no descriptors: a sender that has a backlog packs it. Integers are fixed-width little-endian. Every frame starts with an 8-byte header
- * (type, flags, a reserved zero, the frame's length, which must equal the packet's). The first frame in each
- * direction is HELLO (magic, version; the service's carries the service port's right and its status). After
- * it: MESSAGE (a port message or a fragment of one), and the control frames that keep rights and queue room
- * in step (CREDIT, WANT, RECLAIM, RETURN, RELEASE, DEAD). Version 2 adds PROBE and STATUS: a client asks the
- * service's transport how the service is doing (or just for an echo, timing the round trip). Version 3 adds
- * send-once rights: a reply right flagged PL_RIGHT_ONCE, a MESSAGE flagged PL_FRAME_ONCE that uses one up, and
- * ONCE_GONE for one released unused; a side sends them only to a peer that said version 3. The whole layout,
- * with the reasons, is in the documentation's "The wire" article.
+ * A frame is one packet, or (version 3, to a peer that said 3) one of several frames back to back in a packet
+ * that carries no descriptors: a sender that streams packs what it sends. Integers are fixed-width little-endian.
+ * Every frame starts with an 8-byte header (type, flags, a reserved zero, the frame's length: the packet's, or
+ * the part of a packed packet it takes). The first frame in each direction is HELLO (magic, version; the
+ * service's carries the service port's right and its status). After it: MESSAGE (a port message or a fragment
+ * of one), and the control frames that keep rights and queue room in step (CREDIT, WANT, RECLAIM, RETURN,
+ * RELEASE, DEAD). Version 2 adds PROBE and STATUS: a client asks the service's transport how the service is
+ * doing (or just for an echo, timing the round trip). Version 3 adds send-once rights (a reply right flagged
+ * PL_RIGHT_ONCE, a MESSAGE flagged PL_FRAME_ONCE that uses one up, ONCE_GONE for one released unused) and packed
+ * packets; a side sends these only to a peer that said version 3. The whole layout, with the reasons, is in the
+ * documentation's "The wire" article.
  *
  * Rights are named by handles: small numbers that the port's owner gave out on this connection, valid on it
  * only. Descriptors travel as SCM_RIGHTS beside the packet and are named by their index there.
