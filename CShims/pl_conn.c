@@ -264,6 +264,8 @@ static void pl_conn_drop_export(uint32_t handle, void *value, void *context) {
 void pl_conn_teardown(pl_conn_t *conn, const char *why) {
     /* The sets that watch the socket let go of it while it is still open. */
     pl_feeders_detach_conn(conn);
+    /* Before any waiter wakes with PL_ERR_INVALID_DEST, the rights it holds read as dead names. */
+    atomic_store_explicit(&conn->ended, true, memory_order_release);
     /* Stop writers first: nothing more goes out, queued frames are dropped. */
     pthread_mutex_lock(&conn->write_lock);
     pl_out_frame_t *frames = conn->out_head;

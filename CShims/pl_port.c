@@ -219,6 +219,8 @@ int pl_port_is_alive(const pl_port_t *port) {
     pthread_mutex_lock(&p->lock);
     bool alive = !p->dead;
     pthread_mutex_unlock(&p->lock);
+    /* A proxy whose connection is ending is a dead name already: a sender woken by the end may look at once. */
+    if (alive && p->proxy != NULL && atomic_load_explicit(&p->proxy->conn->ended, memory_order_acquire)) alive = false;
     return alive;
 }
 

@@ -153,6 +153,7 @@ struct pl_conn {
     uint32_t streak;          /* frames in a row put soon after the one before: a streaming sender's are packed */
     atomic_bool backlogged;   /* out_head != NULL, readable without the write lock */
     atomic_bool packs;        /* the peer reads several frames from a packet (wire version 3) */
+    atomic_bool ended;        /* teardown began: its proxies are dead names, though not all marked yet */
 
     pthread_mutex_t lock;
     pthread_cond_t changed;   /* credit came, the connection died, the handshake finished */
