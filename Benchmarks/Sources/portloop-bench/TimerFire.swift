@@ -18,10 +18,12 @@ let timerFireScenario = Scenario(
     summary: "1M one-shot timers all due at once: ns per fire (ours, NIO)"
 ) { settings in
     let count = settings.quick ? 100_000 : 1_000_000
-    let samples = measureInterleaved(runs: settings.runs, [
-        { timerFireRun(count: count) },
-        { nioTimerFireRun(count: count) },
-    ])
+    let samples = checkingDescriptors("timer-fire") {
+        measureInterleaved(runs: settings.runs, [
+            { timerFireRun(count: count) },
+            { nioTimerFireRun(count: count) },
+        ])
+    }
     let label = "\(count / 1_000)k due timers"
     let rows = [
         Row(.ours, "\(label): loop: ns per fire", sample: samples[0], unit: "ns/fire", decimals: 1),
