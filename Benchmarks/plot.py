@@ -82,7 +82,7 @@ def percentile_chart(work, outdir, name, title, ylabel, curves):
             "set xlabel 'percentile'",
             f"set ylabel {quoted(ylabel)}",
             "set grid",
-            "set key top left",
+            "set key bottom right box opaque",
         ]
         plots = []
         for index, (series, points) in enumerate(curves):
@@ -143,9 +143,15 @@ def main(argv):
         commands += percentile_chart(
             work, outdir, "pingpong-latency", "Round trip between two threads (pingpong)", "round trip (µs)",
             percentile_curves(histograms, "pingpong", lambda series: series))
-        ipc = percentile_curves(histograms, "ipc-pingpong", lambda series: "PortLoop " + series)
-        ipc += percentile_curves(histograms, "peers-pingpong",
-                                 lambda series: series[:-len(", 8 B")] if series.endswith(", 8 B") else None)
+        ipc = percentile_curves(histograms, "ipc-pingpong", lambda series: f"PortLoop {series} (ipc-pingpong)")
+
+        def peer_series(series):
+            if not series.endswith(", 8 B"):
+                return None
+            name = series[:-len(", 8 B")]
+            ours = name.startswith("loop:") or name.startswith("ports:")
+            return f"PortLoop {name} (peers-pingpong)" if ours else f"{name} (peers-pingpong)"
+        ipc += percentile_curves(histograms, "peers-pingpong", peer_series)
         commands += percentile_chart(
             work, outdir, "ipc-latency", "Round trip to another process, 8-byte payload", "round trip (µs)", ipc)
         commands += percentile_chart(
