@@ -135,8 +135,16 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
             removeNode(at: 0)
             prefetchTimer(in: first.slot)
             slots.append(first.slot)
+            // The next root's slot entry: the next pop writes it and reads its timer from it.
+            if let next = nodes.first { prefetchSlot(next.slot) }
         }
         for slot in slots { due.append(self.slots[Int(slot)].timer!) }
+    }
+
+    /// Starts loading the slot's entry of the slot table.
+    @inline(__always)
+    private func prefetchSlot(_ slot: Int32) {
+        slots.withUnsafeBufferPointer { slots in pl_prefetch(UnsafeRawPointer(slots.baseAddress! + Int(slot))) }
     }
 
     /// Starts loading the first two cache lines of the slot's timer, without retaining it.
