@@ -23,6 +23,9 @@
 #                socket activation with Examples/systemd), with the socket activation tool required
 #   bench        the benchmarks, full runs (release build); bench-quick: fewer iterations; bench-deps (part of
 #                bench-build): zlib1g-dev with apt-get when missing, for the gRPC peer
+#   bench-plots  the latency and throughput scenarios (PLOT_SCENARIOS) with --json and --histograms into
+#                PLOTS_DIR (Benchmarks/plots), then their charts there (Benchmarks/plot.py, gnuplot); installs
+#                gnuplot-nox with apt-get when missing (bench-plot-deps). PLOT_ARGS: more portloop-bench options
 #   fuzz         the C layer's fuzz harnesses (ports against a model; the wire) for FUZZ_SECONDS (600) each;
 #                fuzz-quick: 30 s and 60 s, in test
 #   leakcheck    the C send/receive/destroy stress program under AddressSanitizer + LeakSanitizer + UBSan,
@@ -46,6 +49,9 @@ CC_SANITIZE  ?= $(dir $(realpath $(shell command -v $(SWIFT))))clang
 SCRATCH      ?= .build
 TSAN_SCRATCH ?= .build-tsan
 BENCH_SCRATCH ?= Benchmarks/.build-bench
+PLOTS_DIR     ?= Benchmarks/plots
+PLOT_SCENARIOS ?= pingpong ipc-pingpong peers-pingpong timers throughput ipc-throughput
+PLOT_ARGS     ?=
 STRESS_DIR   ?= .build-stress
 DEMO_ARGS    ?=
 DEMO_IPC_ARGS ?=
@@ -60,7 +66,7 @@ STRESS_CFLAGS   = -std=gnu11 -O1 -g -Wall -Wextra -pthread -ICShims/include -ICS
 STRESS_LIBS     = $(DISPATCH_LIBS)
 SANITIZE        = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-.PHONY: all deps build test leakcheck stress-valgrind fuzz fuzz-quick bench-deps bench-build bench bench-quick demo demo-ipc echod-test clean
+.PHONY: all deps build test leakcheck stress-valgrind fuzz fuzz-quick bench-deps bench-build bench bench-quick bench-plot-deps bench-plots demo demo-ipc echod-test clean
 
 all: build
 
@@ -197,6 +203,22 @@ bench: bench-build
 
 bench-quick: bench-build
 	$(BENCH_SCRATCH)/release/portloop-bench --quick
+
+# The charts are drawn by gnuplot (Debian's gnuplot-nox); the script that feeds it needs only python3.
+bench-plot-deps:
+	@if command -v gnuplot >/dev/null 2>&1; then exit 0; fi; \
+	echo "bench-plot-deps: installing gnuplot-nox"; \
+	if [ "$$(id -u)" -eq 0 ]; then SUDO=""; \
+	elif command -v sudo >/dev/null 2>&1; then SUDO="sudo"; \
+	else echo "bench-plot-deps: not root and no sudo: install gnuplot-nox yourself" >&2; exit 1; fi; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
+	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gnuplot-nox
+
+bench-plots: bench-build bench-plot-deps
+	mkdir -p $(PLOTS_DIR)
+	$(BENCH_SCRATCH)/release/portloop-bench --json --histograms $(PLOTS_DIR)/histograms.json $(PLOT_ARGS) \
+	    $(PLOT_SCENARIOS) > $(PLOTS_DIR)/results.json
+	python3 Benchmarks/plot.py $(PLOTS_DIR)/results.json $(PLOTS_DIR)/histograms.json $(PLOTS_DIR)
 
 demo: deps
 	$(SWIFT) run --scratch-path $(SCRATCH) -c release portloop-demo $(DEMO_ARGS)

@@ -15,6 +15,8 @@ let package = Package(
         // which serves Unix domain sockets too). Both need swift-tools-version 6.1.
         .package(url: "https://github.com/grpc/grpc-swift-2", from: "2.4.3"),
         .package(url: "https://github.com/grpc/grpc-swift-nio-transport", from: "2.9.2"),
+        // Latency distributions (round trips, timer lateness) recorded as HdrHistograms, for the JSON and plots.
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
     ],
     targets: [
         // Raw C floors: the same workloads written directly on eventfds and libevent, so that each
@@ -45,6 +47,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "GRPCCore", package: "grpc-swift-2"),
                 .product(name: "GRPCNIOTransportHTTP2Posix", package: "grpc-swift-nio-transport"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
                 "CBenchFloors",
                 "CBenchSupport",
             ],

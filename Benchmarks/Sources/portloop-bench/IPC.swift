@@ -26,7 +26,9 @@ let ipcPingPongScenario = Scenario(
     let broken = BrokenRuns()
     let (sourceVariant, requestVariant, receiveVariant) = ("Source1", "request()", "send + receive(into:)")
     let samples = checkingDescriptors("ipc-pingpong") {
-        measureInterleaved(runs: settings.runs, [
+        measureInterleaved(runs: settings.runs, series: [
+            "loop: Source1", "ports: request()", "ports: send + receive", "seqpacket floor",
+        ], [
             {
                 broken.retrying(sourceVariant) {
                     withEchoChild { ipcLoopPingPong($0, warmup: warmup, roundTrips: roundTrips) }
@@ -173,6 +175,7 @@ func ipcLoopPingPong(_ service: PortSendRight, warmup: Int, roundTrips: Int, siz
 
     let sourceA = RunLoopPortSource(port: portA) { message in
         let answered = loadWord(message.payload) + 1 // round trips complete
+        clock.lap(Int(answered), warmup: warmup)
         if answered == UInt64(warmup) {
             allocations?.begin()
             clock.start = bf_now_ns()
@@ -190,6 +193,7 @@ func ipcLoopPingPong(_ service: PortSendRight, warmup: Int, roundTrips: Int, siz
     let threadA = LoopThread { loop in
         mustLoop("add source A") { () throws(RunLoopError) in try loop.add(sourceA, mode: .default) }
         clock.start = bf_now_ns() // replaced after the warm-up, if any
+        clock.lap(0, warmup: warmup)
         payload.send(service, 0, replyPort: toA)
     }
     let finished = waitOrBreak(done, service)
@@ -216,6 +220,8 @@ func waitOrBreak(_ done: borrowing PortReceiveRight, _ service: PortSendRight) -
 /// One request() ping-pong run across processes: this thread (no loop) calls `request()` per round trip,
 /// which makes a fresh reply port each time and waits on it. Returns nanoseconds per round trip.
 func ipcRequestPingPong(_ service: PortSendRight, warmup: Int, roundTrips: Int) -> Double? {
+    let clock = RoundTripClock()
+    clock.lap(0, warmup: warmup)
     var start = bf_now_ns()
     for index in 0..<(warmup + roundTrips) {
         if index == warmup { start = bf_now_ns() }
@@ -228,6 +234,7 @@ func ipcRequestPingPong(_ service: PortSendRight, warmup: Int, roundTrips: Int) 
             fatalError("request: \(error)")
         }
         precondition(loadWord(reply.payload) == UInt64(index), "echo out of order")
+        clock.lap(index + 1, warmup: warmup)
     }
     let end = bf_now_ns()
     return Double(end - start) / Double(roundTrips)
@@ -239,6 +246,8 @@ func ipcRequestPingPong(_ service: PortSendRight, warmup: Int, roundTrips: Int) 
 func ipcReceivePingPong(_ service: PortSendRight, warmup: Int, roundTrips: Int) -> Double? {
     let replies = must("reply port") { () throws(PortError) in try PortReceiveRight(maxMessageSize: 8) }
     let toReplies = replies.makeSendRight()
+    let clock = RoundTripClock()
+    clock.lap(0, warmup: warmup)
     var start = bf_now_ns()
     let completed = withUnsafeTemporaryAllocation(byteCount: 8, alignment: 8) { buffer -> Bool in
         for index in 0..<(warmup + roundTrips) {
@@ -266,6 +275,7 @@ func ipcReceivePingPong(_ service: PortSendRight, warmup: Int, roundTrips: Int) 
                 }
             }
             precondition(buffer.load(as: UInt64.self) == UInt64(index), "echo out of order")
+            clock.lap(index + 1, warmup: warmup)
         }
         return true
     }

@@ -106,7 +106,11 @@ let peersPingPongScenario = Scenario(
                                                                             UInt64(roundTrips)), per: roundTrips)
             }
         }
-        let samples = checkingDescriptors("peers-pingpong") { measureInterleaved(runs: settings.runs, variants) }
+        let series = ["loop: Source1", "NIO", "gRPC unary", "gRPC stream", "stream floor", "seqpacket floor"]
+            .prefix(variants.count).map { "\($0), \(label)" }
+        let samples = checkingDescriptors("peers-pingpong") {
+            measureInterleaved(runs: settings.runs, series: Array(series), variants)
+        }
         let unit = "ns/round trip"
         var measured = [
             Row(.ours, "loop: Source1 → PortLoop echo service in another process, \(label)", sample: samples[0],

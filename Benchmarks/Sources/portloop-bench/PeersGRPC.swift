@@ -156,6 +156,7 @@ func grpcPingPong(path: String, stream: Bool, size: Int, warmup: Int, roundTrips
             let (echoes, arrived) = AsyncStream.makeStream(of: UInt64.self)
             let request = StreamingClientRequest(of: [UInt8].self) { writer in
                 var next = echoes.makeAsyncIterator()
+                clock.lap(0, warmup: warmup)
                 for index in 0..<total {
                     if index == warmup {
                         allocations.begin()
@@ -163,6 +164,7 @@ func grpcPingPong(path: String, stream: Bool, size: Int, warmup: Int, roundTrips
                     }
                     try await writer.write(wordPayload(UInt64(index), size: size))
                     guard await next.next() == UInt64(index) else { fatalError("gRPC stream: echo out of order") }
+                    clock.lap(index + 1, warmup: warmup)
                 }
                 clock.end = bf_now_ns()
                 allocations.end()
@@ -176,6 +178,7 @@ func grpcPingPong(path: String, stream: Bool, size: Int, warmup: Int, roundTrips
         }
     } else {
         waitForAsync("gRPC unary ping-pong") {
+            clock.lap(0, warmup: warmup)
             for index in 0..<total {
                 if index == warmup {
                     allocations.begin()
@@ -183,6 +186,7 @@ func grpcPingPong(path: String, stream: Bool, size: Int, warmup: Int, roundTrips
                 }
                 let echoed = try await run.echo(wordPayload(UInt64(index), size: size))
                 precondition(loadWord(echoed) == UInt64(index), "gRPC unary: echo out of order")
+                clock.lap(index + 1, warmup: warmup)
             }
             clock.end = bf_now_ns()
             allocations.end()

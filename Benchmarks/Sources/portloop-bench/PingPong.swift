@@ -23,7 +23,10 @@ let pingPongScenario = Scenario(
     let warmup = settings.quick ? 200 : 1_000
 
     let samples = checkingDescriptors("pingpong") {
-        measureInterleaved(runs: settings.runs, [
+        measureInterleaved(runs: settings.runs, series: [
+            "loop: Source1", "loop: performAndWakeUp", "CF blocks", "CF source0", "NIO", "ports: receive",
+            "ports: PortSet", "eventfd floor", "libevent floor", "loop: Source1, spin 200 µs",
+        ], [
             { loopSource1PingPong(warmup: warmup, roundTrips: roundTrips) },
             { loopBlockPingPong(warmup: warmup, roundTrips: roundTrips) },
             { cfBlockPingPong(warmup: warmup, roundTrips: roundTrips) },
@@ -85,6 +88,8 @@ func portPingPong(warmup: Int, roundTrips: Int, viaSet: Bool) -> Double {
     }
 
     // Thread A (this one): sends the round trip's number, waits for it to come back.
+    let clock = RoundTripClock()
+    clock.lap(0, warmup: warmup)
     var start = bf_now_ns()
     withUnsafeTemporaryAllocation(byteCount: 8, alignment: 8) { buffer in
         for index in 0..<total {
@@ -93,6 +98,7 @@ func portPingPong(warmup: Int, roundTrips: Int, viaSet: Bool) -> Double {
             must("send on P1") { () throws(PortError) in try toP1.send(payload: UnsafeRawBufferPointer(buffer)) }
             inboxA.receive(into: buffer)
             precondition(buffer.load(as: UInt64.self) == UInt64(index), "echo out of order")
+            clock.lap(index + 1, warmup: warmup)
         }
     }
     let end = bf_now_ns()

@@ -9,11 +9,25 @@ import PortLoop
 // version-0 sources, NIO's execute). Each returns nanoseconds per round trip, warm-up excluded; each creates
 // its loops (threads) per run and tears them down after.
 
-/// Times written by the loop threads and read after joining them.
+/// Times written by the loop threads and read after joining them; and each round trip's time (`laps`, only
+/// on the side calling `lap`), for the latency histograms (Latency.swift).
 final class RoundTripClock: @unchecked Sendable {
     var start: Int64 = 0
     var end: Int64 = 0
     var nanosecondsPerRoundTrip: Double = 0
+    private(set) var laps = LatencyHistograms.makeHistogram()
+    private var previous: Int64 = 0
+
+    init() { LatencyHistograms.shared.clockMade(self) }
+
+    /// Called on the sending side when `completed` round trips are complete (0 when the first is sent): records
+    /// the time since the previous call if the round trip that just completed came after the warm-up.
+    @inline(__always)
+    func lap(_ completed: Int, warmup: Int) {
+        let now = bf_now_ns()
+        if completed > warmup && previous != 0 { _ = laps.record(UInt64(max(0, now - previous))) }
+        previous = now
+    }
 }
 
 /// One Source1 ping-pong run. A's loop sends round trip 0 before it starts running; the message carries
@@ -36,6 +50,7 @@ func loopSource1PingPong(warmup: Int, roundTrips: Int, spin: Duration = .zero) -
     }
     let sourceA = RunLoopPortSource(port: portA) { message in
         let answered = loadWord(message.payload) + 1 // round trips complete
+        clock.lap(Int(answered), warmup: warmup)
         if answered == UInt64(warmup) { clock.start = bf_now_ns() }
         if answered == total {
             clock.end = bf_now_ns()
@@ -54,6 +69,7 @@ func loopSource1PingPong(warmup: Int, roundTrips: Int, spin: Duration = .zero) -
         loop.spinBeforeSleeping = spin
         mustLoop("add source A") { () throws(RunLoopError) in try loop.add(sourceA, mode: .default) }
         clock.start = bf_now_ns() // replaced after the warm-up, if any
+        clock.lap(0, warmup: warmup)
         sendWord(toB, 0)
     }
     threadA.join()
@@ -78,6 +94,7 @@ final class BlockPingPong: @unchecked Sendable {
     /// On A, with `completed` round trips done: starts the next, or stops both loops after the last.
     func ping(_ completed: Int) {
         guard let loopA, let loopB else { fatalError("loops not set") }
+        clock.lap(completed, warmup: warmup)
         if completed == warmup { clock.start = bf_now_ns() }
         if completed == total {
             clock.end = bf_now_ns()
@@ -127,6 +144,7 @@ func cfBlockPingPong(warmup: Int, roundTrips: Int) -> Double {
 
         func ping(_ completed: Int) {
             guard let loopA, let loopB else { fatalError("loops not set") }
+            clock.lap(completed, warmup: warmup)
             if completed == warmup { clock.start = bf_now_ns() }
             if completed == total {
                 clock.end = bf_now_ns()
@@ -172,6 +190,7 @@ func cfSource0PingPong(warmup: Int, roundTrips: Int) -> Double {
         /// A's perform: one more round trip complete.
         func onA() {
             answered += 1
+            clock.lap(answered, warmup: warmup)
             if answered == warmup { clock.start = bf_now_ns() }
             if answered == total {
                 clock.end = bf_now_ns()
@@ -227,6 +246,7 @@ func nioPingPong(warmup: Int, roundTrips: Int) -> Double {
         }
 
         func ping(_ completed: Int) {
+            clock.lap(completed, warmup: warmup)
             if completed == warmup { clock.start = bf_now_ns() }
             if completed == total {
                 clock.end = bf_now_ns()

@@ -103,6 +103,7 @@ let allScenarios: [Scenario] = [
     pingPongScenario,
     throughputScenario,
     timersScenario,
+    timerFireScenario,
     portSetScenario,
     idleScenario,
     memoryScenario,

@@ -1,4 +1,5 @@
 import CBenchFloors
+import Histogram
 import PortLoop
 
 /// `timers`: many one-shot timers, fire dates spread uniformly at random over a 50 ms window.
@@ -39,13 +40,18 @@ let timersScenario = Scenario(
                 let seed = UInt64(round) &* 0x9E37_79B9 &+ UInt64(size)
                 for (which, implementation) in implementations.enumerated() {
                     let run = implementation.run(size, window, leads[which][index], seed)
+                    if round > 0 {
+                        LatencyHistograms.shared.add(run.latenessHistogram, scenario: "timers",
+                                                     name: "\(implementation.name), \(size / 1_000)k timers")
+                    }
                     if run.addsOverranNanoseconds > 0 && round > 0 {
                         printError("warning: timers: \(implementation.name), \(size) adds overran the lead by \(Double(run.addsOverranNanoseconds) / 1e6) ms; lateness includes it")
                     }
                     leads[which][index] = 2 * run.setUpNanoseconds + 5_000_000
                     if round > 0 { results[which][index].append(run) }
                 }
-                let floor = timerFloorRun(count: size, window: window, seed: seed)
+                let floor = timerFloorRun(count: size, window: window, seed: seed,
+                                          series: round > 0 ? "libevent floor, \(size / 1_000)k timers" : nil)
                 if round > 0 { floors[index].append(floor) }
             }
         }
@@ -117,7 +123,8 @@ func timerOffsets(count: Int, window: Int64, seed: UInt64) -> [Int64] {
 
 /// One floor run: the same fire dates as the loop's run of this seed, slept for by a bare libevent base on
 /// this thread. The window starts 5 ms after the dates are ready.
-func timerFloorRun(count: Int, window: Int64, seed: UInt64) -> LatenessSummary {
+/// With a `series`, the lateness of every timer goes into that latency histogram too.
+func timerFloorRun(count: Int, window: Int64, seed: UInt64, series: String? = nil) -> LatenessSummary {
     let offsets = timerOffsets(count: count, window: window, seed: seed).sorted()
     let windowStart = bf_now_ns() + 5_000_000
     let fireDates = offsets.map { windowStart + $0 }
@@ -126,6 +133,11 @@ func timerFloorRun(count: Int, window: Int64, seed: UInt64) -> LatenessSummary {
         bf_libevent_timers(fireDates, UInt64(count), buffer.baseAddress)
     }
     guard lastFire >= 0 else { fatalError("libevent timers floor failed") }
+    if let series {
+        lateness.withUnsafeBufferPointer {
+            LatencyHistograms.shared.add(nanoseconds: $0, scenario: "timers", name: series)
+        }
+    }
     return lateness.withUnsafeBufferPointer { LatenessSummary(lateness: $0, windowStart: windowStart, lastFire: lastFire) }
 }
 
@@ -134,6 +146,8 @@ struct TimerRun {
     var createMicroseconds: Double
     var addMicroseconds: Double
     var lateness: LatenessSummary
+    /// Every timer's lateness.
+    var latenessHistogram: Histogram<UInt64>
     /// Creation and adds together, per timer.
     var createAndAddMicroseconds: Double { createMicroseconds + addMicroseconds }
     /// Creation plus adds, to size the next run's lead.
@@ -149,6 +163,8 @@ struct TimerRun {
         addMicroseconds = Double(addEnd - addStart) / 1e3 / Double(count)
         lateness = LatenessSummary(lateness: UnsafeBufferPointer(recorder.lateness), windowStart: windowStart,
                                    lastFire: recorder.lastFire)
+        latenessHistogram = LatencyHistograms.makeHistogram()
+        for value in recorder.lateness { _ = latenessHistogram.record(UInt64(max(0, value))) }
         setUpNanoseconds = addEnd - createStart
         addsOverranNanoseconds = max(0, addEnd - windowStart)
     }

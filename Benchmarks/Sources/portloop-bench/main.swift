@@ -24,17 +24,21 @@ func printError(_ text: String) {
 }
 
 let usage = """
-    usage: portloop-bench [--quick] [--json] [--runs N] [--list] [scenario ...]
+    usage: portloop-bench [--quick] [--json] [--runs N] [--histograms PATH] [--list] [scenario ...]
       --quick   fewer iterations per run, for a smoke test (figures are noisier)
       --json    print a JSON array of {scenario, name, kind, value, unit, min, max, runs, ratios}
                 instead of tables (keys: Benchmarks/README.md)
       --runs N  measured runs per figure, each figure being their median (default 5)
+      --histograms PATH
+                write the latency distributions (round trips, timer lateness; HdrHistogram percentiles) to
+                PATH as JSON (keys: Benchmarks/README.md)
       --list    list the scenarios and exit
     scenarios: \(allScenarios.map(\.name).joined(separator: ", ")) (all by default)
     """
 
 var settings = Settings()
 var json = false
+var histogramsPath: String?
 var selectedNames: [String] = []
 var arguments = CommandLine.arguments.dropFirst()
 while let argument = arguments.popFirst() {
@@ -47,6 +51,12 @@ while let argument = arguments.popFirst() {
         }
         settings.runs = runs
     case "--json": json = true
+    case "--histograms":
+        guard let path = arguments.popFirst() else {
+            printError("--histograms needs a file path\n\(usage)")
+            exit(2)
+        }
+        histogramsPath = path
     case "--list":
         for scenario in allScenarios { print("\(scenario.name)\t\(scenario.summary)") }
         exit(0)
@@ -83,6 +93,7 @@ _ = primed.wait()
 var results: [(scenario: String, rows: [Row])] = []
 for scenario in selected {
     if json { printError("running \(scenario.name)…") }
+    LatencyHistograms.shared.scenario = scenario.name
     let rows = scenario.run(settings)
     results.append((scenario.name, rows))
     if !json {
@@ -91,3 +102,15 @@ for scenario in selected {
     }
 }
 if json { print(renderJSON(results)) }
+if let histogramsPath {
+    let text = LatencyHistograms.shared.json()
+    guard let file = fopen(histogramsPath, "w") else {
+        printError("cannot write \(histogramsPath): errno \(errno)")
+        exit(1)
+    }
+    let written = text.withCString { fputs($0, file) }
+    if written < 0 || fclose(file) != 0 {
+        printError("writing \(histogramsPath) failed: errno \(errno)")
+        exit(1)
+    }
+}

@@ -127,7 +127,8 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
 
     /// Pops, in order, up to `limit` timers that are due by `now` and were scheduled up to `mark` into `due`.
     /// Each popped timer's object is prefetched as it is popped, so that its cache miss (one per timer, at a
-    /// random address) overlaps the next pops instead of stalling the retain that follows.
+    /// random address) overlaps the next pops instead of stalling the retain that follows; and so is the slot
+    /// entry of the new root, which the next pop writes and reads that timer's address from.
     mutating func popDue(by now: Int64, scheduledUpTo mark: UInt32, limit: Int, into due: inout [RunLoopTimer],
                          slots: inout [Int32]) {
         slots.removeAll(keepingCapacity: true)
@@ -135,8 +136,16 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
             removeNode(at: 0)
             prefetchTimer(in: first.slot)
             slots.append(first.slot)
+            // The next root's slot entry: the next pop writes it and reads its timer from it.
+            if let next = nodes.first { prefetchSlot(next.slot) }
         }
         for slot in slots { due.append(self.slots[Int(slot)].timer!) }
+    }
+
+    /// Starts loading the slot's entry of the slot table.
+    @inline(__always)
+    private func prefetchSlot(_ slot: Int32) {
+        slots.withUnsafeBufferPointer { slots in pl_prefetch(UnsafeRawPointer(slots.baseAddress! + Int(slot))) }
     }
 
     /// Starts loading the first two cache lines of the slot's timer, without retaining it.
