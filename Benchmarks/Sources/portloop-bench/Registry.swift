@@ -112,4 +112,5 @@ let allScenarios: [Scenario] = [
     peersPingPongScenario,
     peersThroughputScenario,
     peersClientsScenario,
+    largePayloadsScenario,
 ]
