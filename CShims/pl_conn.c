@@ -105,6 +105,8 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *bytes, si
     if (conn->out_tail != NULL) conn->out_tail->next = frame; else conn->out_head = frame;
     conn->out_tail = frame;
     conn->out_bytes += length;
+    frame->control = bytes[0] != PL_FRAME_MESSAGE;
+    if (frame->control) conn->out_control_bytes += length;
     atomic_store_explicit(&conn->backlogged, true, memory_order_release);
     return true;
 }
@@ -148,6 +150,7 @@ void pl_conn_flush_outgoing(pl_conn_t *conn) {
         conn->out_head = frame->next;
         if (conn->out_head == NULL) conn->out_tail = NULL;
         conn->out_bytes -= frame->length;
+        if (frame->control) conn->out_control_bytes -= frame->length;
         for (uint32_t i = 0; i < frame->fd_count; i++) close(frame->fds[i]);
         free(frame);
     }
@@ -167,7 +170,7 @@ void pl_conn_write_control(pl_conn_t *conn, pl_frame_type_t type, uint32_t handl
     uint8_t frame[PL_WIRE_HEADER_SIZE + 12];
     size_t length = pl_wire_encode_control(frame, type, handle, count_or_flags, transfers);
     pthread_mutex_lock(&conn->write_lock);
-    bool flooded = conn->out_bytes > PL_CONN_CONTROL_LIMIT;
+    bool flooded = conn->out_control_bytes > PL_CONN_CONTROL_LIMIT;
     if (!flooded) pl_conn_put_frame_locked(conn, frame, length, NULL, 0);
     pthread_mutex_unlock(&conn->write_lock);
     if (flooded) pl_transport_kill(conn, "the peer does not read its control frames");
@@ -206,6 +209,7 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why) {
     pl_out_frame_t *frames = conn->out_head;
     conn->out_head = conn->out_tail = NULL;
     conn->out_bytes = 0;
+    conn->out_control_bytes = 0;
     atomic_store_explicit(&conn->backlogged, false, memory_order_release);
     int fd = conn->fd, out_fd = conn->out_fd;
     conn->fd = conn->out_fd = -1;

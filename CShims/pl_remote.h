@@ -126,6 +126,7 @@ typedef struct pl_proxy {
 typedef struct pl_out_frame {
     struct pl_out_frame *next;
     size_t length, sent;      /* a frame is written whole: sent is 0 until it goes */
+    bool control;             /* not a MESSAGE: counted in the connection's out_control_bytes too */
     int fds[PL_WIRE_MAX_ATTACHMENTS];
     uint32_t fd_count;
     uint8_t bytes[];
@@ -155,6 +156,8 @@ struct pl_conn {
     pthread_cond_t writable;  /* the outgoing queue drained */
     pl_out_frame_t *out_head, *out_tail;
     size_t out_bytes;
+    size_t out_control_bytes; /* the part of out_bytes that is not messages: what a peer that does not read makes
+                               * us queue (a message's fragments, up to its whole size, are bounded by credit) */
     bool want_writable;       /* the transport watches for EPOLLOUT */
     atomic_bool backlogged;   /* out_head != NULL, readable without the write lock */
 

@@ -295,7 +295,7 @@ pl_status_t pl_port_send_payload(pl_port_t *port, int32_t id, pl_payload_t *payl
 #define PL_INLINE_PAYLOAD_SIZE 48u
 
 /** The out-of-line threshold by default: payloads from this size up cross processes as a sealed memfd. */
-#define PL_OOL_THRESHOLD_DEFAULT 262144u /* 256 KiB */
+#define PL_OOL_THRESHOLD_DEFAULT 1048576u /* 1 MiB: where a memfd starts to beat 64 KiB frames (large-payloads) */
 /** The smallest threshold: below a page a memfd costs more than the frames it replaces. */
 #define PL_OOL_THRESHOLD_MIN 4096u
 

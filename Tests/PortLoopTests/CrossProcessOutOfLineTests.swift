@@ -8,7 +8,7 @@ import Glibc
 /// Large payloads between processes: out of line as a sealed memfd above the threshold (mapped by the receiver),
 /// in frames below it or when no memfd can be made, and a peer whose memfd is not sealed, or lies about its
 /// size, is cut off before its bytes are seen.
-@Suite("Across processes: out-of-line payloads", .timeLimit(.minutes(2)))
+@Suite("Across processes: out-of-line payloads", .timeLimit(.minutes(5)))
 struct CrossProcessOutOfLineTests {
     /// Message k's bytes, as the helper's `bulk` role makes them.
     static func pattern(_ count: Int, _ k: Int) -> [UInt8] {
@@ -28,12 +28,12 @@ struct CrossProcessOutOfLineTests {
         var mapped: [Bool] = []
         for k in 0..<count {
             if copying {
-                let message = try port.receive(timeout: .after(.seconds(30)))
+                let message = try port.receive(timeout: .after(.seconds(120)))
                 #expect(message.id == 11)
                 #expect(message.payload == Self.pattern(size, k), "message \(k)")
                 mapped.append(false)
             } else {
-                let received = try port.receiveBuffer(timeout: .after(.seconds(30)))
+                let received = try port.receiveBuffer(timeout: .after(.seconds(120)))
                 #expect(received.header.id == 11)
                 #expect(!received.header.sender.isCurrentProcess)
                 let count = received.buffer.count, bytes = received.buffer.bytes, isMapped = received.buffer.isMapped
@@ -59,7 +59,7 @@ struct CrossProcessOutOfLineTests {
 
     @Test("16 MiB crosses whole, at the port's largest size")
     func sixteenMegabytes() throws {
-        #expect(try receiveBulk(size: 16 << 20, count: 2) == [true, true])
+        #expect(try receiveBulk(size: 16 << 20, count: 1) == [true])
     }
 
     @Test("below the threshold, or with the threshold off, payloads go in frames")
@@ -67,6 +67,7 @@ struct CrossProcessOutOfLineTests {
         #expect(try receiveBulk(size: 100_000, count: 3) == [false, false, false])
         #expect(try receiveBulk(size: 1 << 20, count: 2, threshold: Int.max) == [false, false])
         #expect(try receiveBulk(size: 8192, count: 2, threshold: 4096) == [true, true])
+        #expect(try receiveBulk(size: 65536, count: 6, threshold: 65536) == [Bool](repeating: true, count: 6))
     }
 
     @Test("a sender with no descriptor left for a memfd (EMFILE) sends in frames, and everything arrives")

@@ -66,6 +66,20 @@ struct MessageBufferTests {
         #expect(try replies.receive(timeout: .poll).id == 2)
     }
 
+    @Test("a received buffer is sent on to another port without a copy")
+    func forwarded() throws {
+        let first = try PortReceiveRight(queueLimit: 1, maxMessageSize: 4096)
+        let second = try PortReceiveRight(queueLimit: 1, maxMessageSize: 4096)
+        try first.makeSendRight().send(id: 1, buffer: try MessageBuffer(copying: Self.pattern(4096, seed: 4)), timeout: .poll)
+        let received = try first.receiveBuffer(timeout: .poll)
+        let address = received.buffer.withUnsafeBytes { Int(bitPattern: $0.baseAddress) }
+        try second.makeSendRight().send(id: 2, buffer: received.takeBuffer(), timeout: .poll)
+        let again = try second.receiveBuffer(timeout: .poll)
+        let againAddress = again.buffer.withUnsafeBytes { Int(bitPattern: $0.baseAddress) }, bytes = again.buffer.bytes
+        #expect(againAddress == address)
+        #expect(bytes == Self.pattern(4096, seed: 4))
+    }
+
     @Test("a full queue, a too-large buffer and a destroyed port throw, and nothing is queued")
     func failures() throws {
         let port = try PortReceiveRight(queueLimit: 1, maxMessageSize: 100)

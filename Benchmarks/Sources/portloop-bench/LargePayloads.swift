@@ -6,13 +6,14 @@ import Musl
 import CBenchFloors
 import PortLoop
 
-/// `large-payloads`: GB/s for 64 KiB, 1 MiB and 16 MiB payloads, in one process and between two.
+/// `large-payloads`: GB/s for 64 KiB, 256 KiB, 1 MiB and 16 MiB payloads, in one process and between two.
 ///
 /// In one process, a producer thread sends to a port (queue limit 4) that a consumer thread empties:
 /// - copy: `send(payload:)` from one filled buffer (the port copies it in) and `receive(into:)` into another
 ///   (copied out): two copies per message;
 /// - buffers: `send(id:buffer:)` / `receiveBuffer()`, the memory handed over; the consumer returns each buffer to
-///   the producer on a second port, so that four buffers circulate and neither side copies or allocates.
+///   the producer on a second port, so that four buffers (made before the clock) circulate and neither side
+///   copies or allocates.
 /// Neither side reads the payload beyond what the calls do.
 ///
 /// Between processes, a child of this executable (the `send` role of IPCSupport.swift) sends payloads from one
@@ -24,10 +25,11 @@ import PortLoop
 /// Floor: a forked child writing the same payloads on a SOCK_STREAM socketpair, the caller reading each whole.
 let largePayloadsScenario = Scenario(
     name: "large-payloads",
-    summary: "GB/s for 64 KiB, 1 MiB, 16 MiB: in-process copy vs handed-over buffers; across processes memfd vs frames vs C socket copy"
+    summary: "GB/s for 64 KiB … 16 MiB: in-process copy vs handed-over buffers; across processes memfd vs frames vs C socket copy"
 ) { settings in
     // About 512 MiB per run and size (64 MiB with --quick).
-    let sizes = [64 << 10, 1 << 20, 16 << 20]
+    // 256 KiB too: frames still win there; from 1 MiB a memfd does (hence the default threshold).
+    let sizes = [64 << 10, 256 << 10, 1 << 20, 16 << 20]
     let bytesPerRun = settings.quick ? 64 << 20 : 512 << 20
     primeCrossProcess()
     var rows: [Row] = []
@@ -115,24 +117,29 @@ private func inProcessBuffers(size: Int, messages: Int) -> Double {
             }
             // The last four stay here: the producer has sent all it will.
             if index < messages - 4 {
-                let buffer = received.buffer
-                must("give back") { () throws(PortError) in try giveBack.send(id: 2, buffer: buffer, timeout: .forever) }
+                do { try giveBack.send(id: 2, buffer: received.takeBuffer(), timeout: .forever) } catch {
+                    fatalError("give back: \(error)")
+                }
             }
         }
     }
+    // The four buffers are made and filled before the clock, and wait in the return port.
+    for _ in 0..<4 {
+        do {
+            try giveBack.send(id: 2, buffer: try MessageBuffer(count: size) {
+                $0.initializeMemory(as: UInt8.self, repeating: 1)
+            }, timeout: .poll)
+        } catch {
+            fatalError("buffer: \(error)")
+        }
+    }
     let start = bf_now_ns()
-    for index in 0..<messages {
-        if index < 4 {
-            let buffer = must("buffer") { () throws(PortError) in
-                try MessageBuffer(count: size) { $0.initializeMemory(as: UInt8.self, repeating: 1) }
-            }
-            must("send") { () throws(PortError) in try sender.send(id: 1, buffer: buffer, timeout: .forever) }
-        } else {
-            let returned = must("receiveBuffer") { () throws(PortError) in
-                try returns.right.receiveBuffer(timeout: .seconds(60))
-            }
-            let buffer = returned.buffer
-            must("send") { () throws(PortError) in try sender.send(id: 1, buffer: buffer, timeout: .forever) }
+    for _ in 0..<messages {
+        do {
+            try sender.send(id: 1, buffer: try returns.right.receiveBuffer(timeout: .seconds(60)).takeBuffer(),
+                            timeout: .forever)
+        } catch {
+            fatalError("send: \(error)")
         }
     }
     consumer.join()

@@ -13,10 +13,12 @@ import CPortLoop
 ///
 /// ```swift
 /// let port = try PortReceiveRight(maxMessageSize: 1 << 20)
+/// let other = try PortReceiveRight(maxMessageSize: 1 << 20).makeSendRight()
 /// let buffer = try MessageBuffer(count: 1 << 20) { bytes in bytes.initializeMemory(as: UInt8.self, repeating: 7) }
 /// try port.makeSendRight().send(id: 1, buffer: buffer)   // the buffer moves into the queue
 /// let received = try port.receiveBuffer(timeout: .after(.seconds(1)))
 /// print(received.header.id, received.buffer.count)       // the sender's memory, not a copy
+/// try other.send(id: 2, buffer: received.takeBuffer())   // and on it goes, still not copied
 /// ```
 public struct MessageBuffer: ~Copyable, @unchecked Sendable {
     // Sendable: the memory is reachable only through this one owner, and never written once filled.
@@ -92,4 +94,7 @@ public struct ReceivedBuffer: ~Copyable, Sendable {
     /// Its payload: the sender's memory when it was sent with ``PortSendRight/send(id:buffer:replyPort:timeout:)``
     /// in this process, a mapping of the sender's sealed memfd when it came out of line from another one.
     public var buffer: MessageBuffer
+
+    /// Takes the payload out to keep or send on; the header goes with the rest of the message.
+    public consuming func takeBuffer() -> MessageBuffer { buffer }
 }
