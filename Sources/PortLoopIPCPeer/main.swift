@@ -321,8 +321,10 @@ case "bulk":
         signal(SIGXFSZ, SIG_IGN)
         guard setrlimit(__rlimit_resource_t(RLIMIT_FSIZE.rawValue), &limit) == 0 else { fail("setrlimit") }
     }
-    for k in 0..<count {
-        let bytes = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 16) &+ UInt8(truncatingIfNeeded: k) }
+    // Made before the first send, so that the sends follow one another as fast as the connection takes them.
+    let base = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 16) }
+    let payloads = (0..<count).map { k in base.withUnsafeBufferPointer { b in b.map { $0 &+ UInt8(truncatingIfNeeded: k) } } }
+    for bytes in payloads {
         if flags.contains("--buffer") {
             do { try service.send(id: 11, buffer: try MessageBuffer(copying: bytes)) } catch { fail("send: \(error)") }
         } else {

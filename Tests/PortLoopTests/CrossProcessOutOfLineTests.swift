@@ -70,6 +70,13 @@ struct CrossProcessOutOfLineTests {
         #expect(try receiveBulk(size: 65536, count: 6, threshold: 65536) == [Bool](repeating: true, count: 6))
     }
 
+    @Test("messages larger than the control-frame limit cross in frames while the sender waits for credit")
+    func largeInFrames() throws {
+        // 6 MiB in frames fills the sender's outgoing queue past 4 MiB while it asks for credit (WANT): control
+        // frames are limited apart from messages, so the sender does not take itself for a peer that does not read.
+        #expect(try receiveBulk(size: 6 << 20, count: 8, threshold: Int.max) == [Bool](repeating: false, count: 8))
+    }
+
     @Test("a sender with no descriptor left for a memfd (EMFILE) sends in frames, and everything arrives")
     func noDescriptorLeft() throws {
         // One frame's worth: frames that wait in the outgoing queue need a descriptor of their own to be watched.
