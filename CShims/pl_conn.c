@@ -94,10 +94,13 @@ static int pl_conn_sendmsg(int fd, const uint8_t *bytes, size_t length, const in
 static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size_t length, const int *fds,
                                        uint32_t fd_count) {
     bool packs = fd_count == 0 && atomic_load_explicit(&conn->packs, memory_order_acquire);
+    size_t control = bytes[0] != PL_FRAME_MESSAGE ? length : 0;
     pl_out_frame_t *tail = conn->out_tail;
     if (packs && tail != NULL && tail->fd_count == 0 && tail->capacity - tail->length >= length) {
         memcpy(tail->bytes + tail->length, bytes, length);
         tail->length += length;
+        tail->control_bytes += control;
+        conn->out_control_bytes += control;
         return true;
     }
     /* Room for more only behind a small frame: a large one (a fragment, a big payload) would leave most of it idle. */
@@ -107,6 +110,7 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *bytes, si
     frame->next = NULL;
     frame->length = length;
     frame->capacity = capacity;
+    frame->control_bytes = control;
     frame->fd_count = 0;
     for (uint32_t i = 0; i < fd_count; i++) {
         int copy = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
@@ -121,6 +125,7 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *bytes, si
     if (conn->out_tail != NULL) conn->out_tail->next = frame; else conn->out_head = frame;
     conn->out_tail = frame;
     conn->out_bytes += capacity;
+    conn->out_control_bytes += control;
     atomic_store_explicit(&conn->backlogged, true, memory_order_release);
     return true;
 }
@@ -140,6 +145,7 @@ static bool pl_conn_send_queued_locked(pl_conn_t *conn, bool keep_tail, bool *go
         conn->out_head = frame->next;
         if (conn->out_head == NULL) conn->out_tail = NULL;
         conn->out_bytes -= frame->capacity;
+        conn->out_control_bytes -= frame->control_bytes;
         for (uint32_t i = 0; i < frame->fd_count; i++) close(frame->fds[i]);
         free(frame);
     }
@@ -230,7 +236,7 @@ void pl_conn_write_control(pl_conn_t *conn, pl_frame_type_t type, uint32_t handl
     uint8_t frame[PL_WIRE_HEADER_SIZE + 12];
     size_t length = pl_wire_encode_control(frame, type, handle, count_or_flags, transfers);
     pthread_mutex_lock(&conn->write_lock);
-    bool flooded = conn->out_bytes > PL_CONN_CONTROL_LIMIT;
+    bool flooded = conn->out_control_bytes > PL_CONN_CONTROL_LIMIT;
     if (!flooded) pl_conn_put_frame_locked(conn, frame, length, NULL, 0);
     pthread_mutex_unlock(&conn->write_lock);
     if (flooded) pl_transport_kill(conn, "the peer does not read its control frames");
@@ -271,6 +277,7 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why) {
     pl_out_frame_t *frames = conn->out_head;
     conn->out_head = conn->out_tail = NULL;
     conn->out_bytes = 0;
+    conn->out_control_bytes = 0;
     atomic_store_explicit(&conn->backlogged, false, memory_order_release);
     int fd = conn->fd, out_fd = conn->out_fd;
     conn->fd = conn->out_fd = -1;

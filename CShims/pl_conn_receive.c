@@ -4,7 +4,8 @@
  * Every frame has been through pl_wire_decode, so its lengths and counts are sound; here each is checked
  * against the connection's state: a handle must be one this side gave out (or, for a proxy's frames, one the
  * peer gave), a message must have had credit, fragments must continue the message in progress, a message may
- * not exceed its port's size. A frame that fails a check ends the connection (the caller tears it down): the
+ * not exceed its port's size, an out-of-line payload must be a sealed memfd of the size the frame declares. A
+ * frame that fails a check ends the connection (the caller tears it down): the
  * peer broke the protocol, and this process goes on serving everyone else.
  */
 #define _GNU_SOURCE /* recvmmsg */
@@ -68,7 +69,7 @@ static void pl_rx_discard(pl_conn_t *conn) {
             pl_port_release_internal(port);
         }
     }
-    free(conn->rx.bytes);
+    pl_ool_release(conn->rx.bytes, conn->rx.total, conn->rx.mapped);
     if (conn->rx.reply != NULL) {
         if (conn->rx.reply_once) pl_port_release_send_once(conn->rx.reply); else pl_port_release_send(conn->rx.reply);
     }
@@ -90,8 +91,9 @@ static bool pl_rx_deliver(pl_conn_t *conn, const uint8_t *inline_bytes, const ch
     pl_slot_t slot = { .id = conn->rx.id, .size = conn->rx.total, .reply = conn->rx.reply,
                        .reply_once = conn->rx.reply_once };
     bool once = conn->rx.once;
+    bool mapped = conn->rx.mapped;
     if (conn->rx.total > PL_INLINE_PAYLOAD) {
-        slot.payload.heap = conn->rx.bytes; /* the reassembly buffer becomes the message's */
+        slot.payload.heap = conn->rx.bytes; /* the reassembly buffer (or the mapping) becomes the message's */
         conn->rx.bytes = NULL;
     } else if (conn->rx.total > 0) {
         memcpy(slot.payload.bytes, inline_bytes != NULL ? inline_bytes : conn->rx.bytes, conn->rx.total);
@@ -109,9 +111,10 @@ static bool pl_rx_deliver(pl_conn_t *conn, const uint8_t *inline_bytes, const ch
     }
     slot.extra->sender = conn->peer;
     slot.extra->attachments = conn->rx.attachments;
+    if (mapped && conn->rx.total > PL_INLINE_PAYLOAD) slot.extra->flags = PL_MSG_MAPPED;
     conn->rx.reply = NULL;
     conn->rx.attachments = NULL;
-    free(conn->rx.bytes);
+    pl_ool_release(conn->rx.bytes, conn->rx.total, mapped); /* a small payload's, copied into the slot */
     memset(&conn->rx, 0, sizeof conn->rx);
 
     pl_port_t *port = e->port;
@@ -132,6 +135,10 @@ static bool pl_rx_deliver(pl_conn_t *conn, const uint8_t *inline_bytes, const ch
  * that comes in fragments or is larger than a slot holds inline. */
 static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, bool more, bool once, int *fds,
                         const char **reason) {
+    if (m->out_of_line && conn->peer_version < PL_WIRE_VERSION_OUT_OF_LINE) {
+        *reason = "message: out of line from a peer whose version has no such messages";
+        return false;
+    }
     if (conn->rx.active) {
         *reason = "message: a new message inside another";
         return false;
@@ -186,7 +193,22 @@ static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, bool more, 
     conn->rx.id = m->id;
     conn->rx.total = m->total_size;
     conn->rx.received = 0;
-    if (m->total_size > 0 && (more || m->total_size > PL_INLINE_PAYLOAD)) {
+    if (m->out_of_line) {
+        /* Checked before it is mapped: a memfd with every seal, of the declared size (within the port's maximum,
+         * checked above), so that the sender can neither change the bytes nor shrink them under the mapping. */
+        int fd = fds[m->fd_count - 1];
+        if (!pl_ool_check(fd, m->total_size, reason)) {
+            pl_rx_discard(conn);
+            return false;
+        }
+        conn->rx.bytes = pl_ool_map(fd, m->total_size, &conn->rx.mapped, reason);
+        if (conn->rx.bytes == NULL) {
+            pl_rx_discard(conn);
+            return false;
+        }
+        conn->rx.received = m->total_size;
+        /* The descriptor is closed with the frame's others: the mapping outlives it. */
+    } else if (m->total_size > 0 && (more || m->total_size > PL_INLINE_PAYLOAD)) {
         conn->rx.bytes = malloc(m->total_size);
         if (conn->rx.bytes == NULL) {
             *reason = "out of memory for a message";
@@ -202,10 +224,10 @@ static bool pl_receive_message(pl_conn_t *conn, const pl_wire_frame_t *frame, in
     bool more = (frame->flags & PL_FRAME_MORE) != 0;
     if (m->offset == 0) {
         if (!pl_rx_begin(conn, m, more, (frame->flags & PL_FRAME_ONCE) != 0, fds, reason)) return false;
-        if (conn->rx.bytes == NULL) {
-            /* Small and whole: straight from the frame. */
+        if (conn->rx.bytes == NULL || m->out_of_line) {
+            /* Small and whole: straight from the frame; or out of line, whole in its mapping. */
             if (m->credit_count > 0) pl_proxy_credit(conn, m->credit_handle, m->credit_count);
-            return pl_rx_deliver(conn, m->bytes, reason);
+            return pl_rx_deliver(conn, m->out_of_line ? NULL : m->bytes, reason);
         }
     } else if (!conn->rx.active || m->dest != conn->rx.dest || m->id != conn->rx.id ||
                m->total_size != conn->rx.total || m->offset != conn->rx.received) {

@@ -12,7 +12,7 @@
 #include <time.h>
 
 /* Payloads up to this size live inside the slot; larger ones are one malloc per message. */
-#define PL_INLINE_PAYLOAD 48u
+#define PL_INLINE_PAYLOAD PL_INLINE_PAYLOAD_SIZE
 
 /* One queued message. */
 typedef struct pl_slot {

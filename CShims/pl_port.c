@@ -80,7 +80,7 @@ static void pl_extra_free(pl_msg_extra_t *extra) {
 
 /* Releases what a queued message owns. Called without any port lock held. */
 void pl_slot_dispose(pl_slot_t *slot) {
-    if (slot->size > PL_INLINE_PAYLOAD) free(slot->payload.heap);
+    if (slot->size > PL_INLINE_PAYLOAD) pl_ool_release(slot->payload.heap, slot->size, pl_slot_payload_mapped(slot->extra));
     if (slot->reply != NULL) {
         /* A request destroyed unanswered: its send-once right tells the reply port so. */
         if (slot->reply_once) pl_port_release_send_once(slot->reply); else pl_port_release_send(slot->reply);
@@ -391,6 +391,34 @@ static pl_status_t pl_port_wait_for_room_locked(pl_port_t *port, int64_t timeout
     return (!port->dead && pl_port_full_locked(port)) ? PL_ERR_TIMED_OUT : PL_OK;
 }
 
+/* Queues a filled slot from a local sender, waiting for room; the reply right — a send right or a send-once right,
+ * see pl_reply_mode_t — is made only once it is in. On error the caller still owns the slot. */
+static inline pl_status_t pl_port_enqueue_local(pl_port_t *port, pl_slot_t *slot, pl_port_t *reply,
+                                                pl_reply_mode_t mode, bool *reply_taken, int64_t timeout_ns) {
+    pthread_mutex_lock(&port->lock);
+    pl_status_t status = pl_port_wait_for_room_locked(port, timeout_ns);
+    if (status == PL_OK && port->dead) status = PL_ERR_INVALID_DEST;
+    if (status == PL_OK) status = pl_ring_reserve_locked(port);
+    if (status != PL_OK) {
+        pthread_mutex_unlock(&port->lock);
+        return status;
+    }
+
+    if (reply != NULL) {
+        if (mode == PL_REPLY_SEND) pl_port_make_send(reply);
+        else if (mode == PL_REPLY_MAKE_ONCE) pl_port_make_send_once(reply);
+        else *reply_taken = true; /* the caller's send-once right moves into the message */
+        slot->reply = reply;
+        slot->reply_once = mode != PL_REPLY_SEND;
+    }
+    port->ring[(port->head + port->count) % port->ring_capacity] = *slot;
+    port->count++;
+    port->received++;
+
+    pl_port_wake_after_enqueue_unlock(port, false);
+    return PL_OK;
+}
+
 /* A send through a send right, carrying a send right or a send-once right to `reply` (see pl_reply_mode_t). */
 static pl_status_t pl_port_send_message(pl_port_t *port, int32_t id, const void *payload, size_t size,
                                         pl_port_t *reply, pl_reply_mode_t mode, bool *reply_taken,
@@ -420,30 +448,9 @@ static pl_status_t pl_port_send_message(pl_port_t *port, int32_t id, const void 
             return status;
         }
     }
-
-    pthread_mutex_lock(&port->lock);
-    status = pl_port_wait_for_room_locked(port, timeout_ns);
-    if (status == PL_OK && port->dead) status = PL_ERR_INVALID_DEST;
-    if (status == PL_OK) status = pl_ring_reserve_locked(port);
-    if (status != PL_OK) {
-        pthread_mutex_unlock(&port->lock);
-        pl_slot_dispose(&slot);
-        return status;
-    }
-
-    if (reply != NULL) {
-        if (mode == PL_REPLY_SEND) pl_port_make_send(reply);
-        else if (mode == PL_REPLY_MAKE_ONCE) pl_port_make_send_once(reply);
-        else *reply_taken = true; /* the caller's send-once right moves into the message */
-        slot.reply = reply;
-        slot.reply_once = mode != PL_REPLY_SEND;
-    }
-    port->ring[(port->head + port->count) % port->ring_capacity] = slot;
-    port->count++;
-    port->received++;
-
-    pl_port_wake_after_enqueue_unlock(port, false);
-    return PL_OK;
+    status = pl_port_enqueue_local(port, &slot, reply, mode, reply_taken, timeout_ns);
+    if (status != PL_OK) pl_slot_dispose(&slot);
+    return status;
 }
 
 pl_status_t pl_port_send(pl_port_t *port, int32_t id, const void *payload, size_t size,
@@ -455,6 +462,38 @@ pl_status_t pl_port_send_with(pl_port_t *port, int32_t id, const void *payload, 
                               const pl_attachment_t *attachments, uint32_t attachment_count, int64_t timeout_ns) {
     return pl_port_send_message(port, id, payload, size, reply, PL_REPLY_SEND, NULL, attachments, attachment_count,
                                 timeout_ns);
+}
+
+/* The payload memory becomes the slot's: no copy, no allocation but a mapping's note that it is one. */
+pl_status_t pl_port_send_payload(pl_port_t *port, int32_t id, pl_payload_t *payload, pl_port_t *reply,
+                                 int64_t timeout_ns) {
+    if (port == NULL || payload == NULL || !pl_timeout_valid(timeout_ns)) return PL_ERR_INVALID_ARG;
+    if (payload->size > 0 && payload->base == NULL) return PL_ERR_INVALID_ARG;
+    if (payload->size > port->max_msg_size) return PL_ERR_TOO_LARGE;
+    pl_status_t status;
+    if (port->proxy != NULL || payload->size <= PL_INLINE_PAYLOAD) {
+        /* Another process gets a copy anyway (a memfd or frames); a small payload fits in the slot. */
+        status = port->proxy != NULL
+                     ? pl_proxy_send(port, id, payload->base, payload->size, reply, PL_REPLY_SEND, NULL, NULL, 0,
+                                     timeout_ns)
+                     : pl_port_send_with(port, id, payload->base, payload->size, reply, NULL, 0, timeout_ns);
+        if (status == PL_OK) pl_payload_free(payload);
+        return status;
+    }
+    pl_slot_t slot = { .id = id, .size = (uint32_t)payload->size, .reply = NULL, .extra = NULL };
+    slot.payload.heap = payload->base;
+    if (payload->mapped) {
+        slot.extra = calloc(1, sizeof *slot.extra);
+        if (slot.extra == NULL) return PL_ERR_NO_MEMORY;
+        slot.extra->flags = PL_MSG_MAPPED;
+    }
+    status = pl_port_enqueue_local(port, &slot, reply, PL_REPLY_SEND, NULL, timeout_ns);
+    if (status == PL_OK) {
+        *payload = (pl_payload_t){ 0 };
+    } else {
+        free(slot.extra); /* the memory stays the caller's */
+    }
+    return status;
 }
 
 pl_status_t pl_port_enqueue_remote(pl_port_t *port, pl_slot_t *slot, pl_export_t *e) {
@@ -667,7 +706,9 @@ pl_status_t pl_port_send_once(pl_port_t *port, int32_t id, const void *payload, 
 
 /* ---- receive --------------------------------------------------------------------------------------- */
 
-pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity) {
+/* Dequeues the first message: its payload is copied into `buffer`, or with `take` handed over whole. */
+static inline pl_status_t pl_port_dequeue_into_locked(pl_port_t *port, pl_received_t *out, void *buffer,
+                                                      size_t capacity, pl_payload_t *take) {
     pl_slot_t *slot = &port->ring[port->head];
     out->kind = PL_RECEIVED_MESSAGE;
     out->id = slot->id;
@@ -679,13 +720,24 @@ pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *bu
     out->attachments = NULL;
     out->sender = (pl_sender_t){ 0 };
     out->flags = 0;
-    if (slot->size > capacity) return PL_ERR_TOO_LARGE;
-
-    if (slot->size > PL_INLINE_PAYLOAD) {
-        memcpy(buffer, slot->payload.heap, slot->size);
-        free(slot->payload.heap);
-    } else if (slot->size > 0) {
-        memcpy(buffer, slot->payload.bytes, slot->size);
+    if (take != NULL) {
+        *take = (pl_payload_t){ .base = NULL, .size = slot->size, .mapped = 0 };
+        if (slot->size > PL_INLINE_PAYLOAD) {
+            take->base = slot->payload.heap;
+            take->mapped = pl_slot_payload_mapped(slot->extra);
+        } else if (slot->size > 0) {
+            take->base = malloc(slot->size);
+            if (take->base == NULL) return PL_ERR_NO_MEMORY;
+            memcpy(take->base, slot->payload.bytes, slot->size);
+        }
+    } else {
+        if (slot->size > capacity) return PL_ERR_TOO_LARGE;
+        if (slot->size > PL_INLINE_PAYLOAD) {
+            memcpy(buffer, slot->payload.heap, slot->size);
+            pl_ool_release(slot->payload.heap, slot->size, pl_slot_payload_mapped(slot->extra));
+        } else if (slot->size > 0) {
+            memcpy(buffer, slot->payload.bytes, slot->size);
+        }
     }
     out->reply = slot->reply; /* the send right moves to the receiver */
     if (slot->reply_once) out->flags = PL_RECEIVED_REPLY_ONCE;
@@ -695,7 +747,7 @@ pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *bu
     if (extra != NULL) {
         out->sender = extra->sender;
         out->attachments = extra->attachments;
-        out->flags |= extra->flags;
+        out->flags |= extra->flags & PL_RECEIVED_NOTIFICATION;
         if (extra->origin != NULL) {
             pl_remote_room_freed_locked(port, extra->origin);
             pl_export_release(extra->origin); /* frees memory only, never takes a lock */
@@ -705,18 +757,17 @@ pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *bu
     return PL_OK;
 }
 
+pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity) {
+    return pl_port_dequeue_into_locked(port, out, buffer, capacity, NULL);
+}
+
 static void pl_received_reset(pl_received_t *out) {
     memset(out, 0, sizeof *out);
     out->fd = -1;
 }
 
-pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity,
-                            int64_t timeout_ns) {
-    if (port == NULL || out == NULL || !pl_timeout_valid(timeout_ns)) return PL_ERR_INVALID_ARG;
-    if (capacity > 0 && buffer == NULL) return PL_ERR_INVALID_ARG;
-    if (port->proxy != NULL) return PL_ERR_INVALID_ARG;
-    pl_received_reset(out);
-
+static inline pl_status_t pl_port_receive_into(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity,
+                                               pl_payload_t *take, int64_t timeout_ns) {
     pthread_mutex_lock(&port->lock);
     if (port->dead) {
         pthread_mutex_unlock(&port->lock);
@@ -736,7 +787,7 @@ pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, s
     } else if (port->count == 0) {
         status = pl_port_senderless_locked(port) ? PL_ERR_NO_SENDERS : PL_ERR_TIMED_OUT;
     } else {
-        status = pl_port_dequeue_locked(port, out, buffer, capacity);
+        status = pl_port_dequeue_into_locked(port, out, buffer, capacity, take);
         /* Emptied behind its sets' backs: out of their ready FIFOs, or it would keep an old turn there. */
         if (status == PL_OK && port->count == 0 && port->memberships != NULL) pl_port_emptied_locked(port, NULL);
     }
@@ -750,4 +801,21 @@ pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, s
     if (wake_receiver) pthread_cond_signal(&port->receivers);
     if (wake_sender) pthread_cond_signal(&port->senders);
     return status;
+}
+
+pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity,
+                            int64_t timeout_ns) {
+    if (port == NULL || out == NULL || !pl_timeout_valid(timeout_ns)) return PL_ERR_INVALID_ARG;
+    if (capacity > 0 && buffer == NULL) return PL_ERR_INVALID_ARG;
+    if (port->proxy != NULL) return PL_ERR_INVALID_ARG;
+    pl_received_reset(out);
+    return pl_port_receive_into(port, out, buffer, capacity, NULL, timeout_ns);
+}
+
+pl_status_t pl_port_receive_payload(pl_port_t *port, pl_received_t *out, pl_payload_t *payload, int64_t timeout_ns) {
+    if (port == NULL || out == NULL || payload == NULL || !pl_timeout_valid(timeout_ns)) return PL_ERR_INVALID_ARG;
+    if (port->proxy != NULL) return PL_ERR_INVALID_ARG;
+    pl_received_reset(out);
+    *payload = (pl_payload_t){ 0 };
+    return pl_port_receive_into(port, out, NULL, 0, payload, timeout_ns);
 }

@@ -49,7 +49,7 @@ bool pl_conn_answer_probe(pl_conn_t *conn, const pl_wire_probe_t *probe, const c
     size_t length = pl_wire_encode_status(frame, &status);
     /* As with control frames: a peer that asks without reading the answers is cut off. */
     pthread_mutex_lock(&conn->write_lock);
-    bool flooded = conn->out_bytes > PL_CONN_CONTROL_LIMIT;
+    bool flooded = conn->out_control_bytes > PL_CONN_CONTROL_LIMIT;
     if (!flooded) pl_conn_put_frame_locked(conn, frame, length, NULL, 0);
     pthread_mutex_unlock(&conn->write_lock);
     if (frame != small) free(frame);

@@ -5,7 +5,8 @@
  * full local port waits), waits for room in the connection's outgoing queue, then writes the message: rights
  * it carries become handles (this process's ports are exported; a proxy of the same connection is named by the
  * owner's handle), descriptors travel as SCM_RIGHTS, and a payload larger than a frame goes in fragments,
- * written under the connection's write lock so that they are never interleaved.
+ * written under the connection's write lock so that they are never interleaved, or, from the out-of-line
+ * threshold up and to a peer of version 3, whole in one frame as a sealed memfd (pl_ool.c).
  *
  * Send-once rights (wire version 3): a reply right sent as one is flagged PL_RIGHT_ONCE and counted in the
  * owner's export (`once`); the holder's proxy counts it in send_once_rights and keeps the proxy while it lasts.
@@ -17,6 +18,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static atomic_uint pl_import_count;
 
@@ -315,7 +317,7 @@ static bool pl_right_nameable(pl_conn_t *conn, pl_port_t *port) {
 typedef struct pl_encoded {
     pl_wire_right_t reply;
     pl_wire_right_t rights[PL_WIRE_MAX_ATTACHMENTS];
-    int fds[PL_WIRE_MAX_ATTACHMENTS];
+    int fds[PL_WIRE_MAX_ATTACHMENTS + 1];  /* an out-of-line payload's memfd last */
     uint32_t fd_count;
     pl_wire_right_t exported[PL_WIRE_MAX_ATTACHMENTS + 1];
     uint32_t exported_count;
@@ -355,16 +357,33 @@ static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *paylo
                                   uint32_t attachment_count, int64_t timeout_ns, int64_t deadline, bool once) {
     pl_conn_t *conn = port->proxy->conn;
     pl_status_t status = PL_OK;
+
+    /* A large payload goes out of line when the peer takes it: written to a sealed memfd here, before the write
+     * lock, so that the copy does not hold up the connection's other senders. If the memfd cannot be made (no
+     * descriptor or memory left for it), the message goes in frames, as to an older peer. The memfd is one more
+     * descriptor, so a message already carrying the most a packet may have goes in frames too. */
+    int ool_fd = -1;
+    if (size >= pl_out_of_line_threshold() && attachment_count < PL_WIRE_MAX_ATTACHMENTS) {
+        pthread_mutex_lock(&conn->lock);
+        bool takes = conn->peer_version >= PL_WIRE_VERSION_OUT_OF_LINE;
+        pthread_mutex_unlock(&conn->lock);
+        if (takes && pl_ool_make(payload, size, &ool_fd) != PL_OK) ool_fd = -1;
+    }
+    bool ool = ool_fd >= 0;
+
     /* Room in the outgoing queue for the whole message, fragments and all. */
     uint32_t first_room = pl_wire_first_fragment_room(attachment_count);
-    uint32_t fragments = size <= first_room ? 1 : 1 + (uint32_t)((size - first_room + pl_wire_next_fragment_room() - 1) /
-                                                                 pl_wire_next_fragment_room());
+    uint32_t fragments = ool || size <= first_room
+                             ? 1
+                             : 1 + (uint32_t)((size - first_room + pl_wire_next_fragment_room() - 1) /
+                                              pl_wire_next_fragment_room());
     size_t head_size = PL_WIRE_MESSAGE_FIXED + PL_WIRE_RIGHT_SIZE * (1 + (size_t)attachment_count);
-    size_t need = size + (size_t)fragments * head_size;
+    size_t need = (ool ? 0 : size) + (size_t)fragments * head_size;
     /* Small messages are built on the stack; a large one gets a frame-sized buffer for the call. */
     uint8_t small[4096];
-    uint8_t *frame = head_size + size <= sizeof small ? small : malloc(PL_WIRE_MAX_FRAME);
+    uint8_t *frame = need <= sizeof small ? small : malloc(PL_WIRE_MAX_FRAME);
     if (frame == NULL) {
+        if (ool) close(ool_fd);
         if (!once) pl_proxy_give_back_credit(port);
         return PL_ERR_NO_MEMORY;
     }
@@ -375,6 +394,7 @@ static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *paylo
             pthread_mutex_unlock(&conn->write_lock);
             pl_proxy_give_back_credit(port);
             if (frame != small) free(frame);
+            if (ool) close(ool_fd);
             return PL_ERR_TIMED_OUT;
         }
         pl_cond_wait_until(&conn->writable, &conn->write_lock, deadline);
@@ -382,6 +402,7 @@ static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *paylo
     if (conn->fd < 0) {
         pthread_mutex_unlock(&conn->write_lock);
         if (frame != small) free(frame);
+        if (ool) close(ool_fd);
         return PL_ERR_INVALID_DEST;
     }
 
@@ -419,31 +440,42 @@ static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *paylo
         pthread_mutex_unlock(&conn->write_lock);
         if (!once) pl_proxy_give_back_credit(port);
         if (frame != small) free(frame);
+        if (ool) close(ool_fd);
         return status;
     }
     pthread_mutex_unlock(&conn->lock);
     message.reply = encoded.reply;
+    if (ool) encoded.fds[encoded.fd_count++] = ool_fd;
     message.fd_count = encoded.fd_count;
     pl_conn_take_owed(conn, &message.credit_handle, &message.credit_count);
 
-    /* The fragments, written back to back. */
-    const uint8_t *bytes = payload;
-    uint32_t offset = 0;
-    do {
-        uint32_t room = offset == 0 ? first_room : pl_wire_next_fragment_room();
-        uint32_t chunk = size - offset < room ? (uint32_t)(size - offset) : room;
-        bool more = offset + chunk < size;
-        message.offset = offset;
-        uint8_t flags = (uint8_t)((more ? PL_FRAME_MORE : 0) | (once && offset == 0 ? PL_FRAME_ONCE : 0));
-        size_t head = pl_wire_encode_message_head(frame, flags, &message, encoded.rights, chunk);
-        if (chunk > 0) memcpy(frame + head, bytes + offset, chunk);
-        status = pl_conn_put_frame_locked(conn, frame, head + chunk, encoded.fds, message.fd_count);
-        /* Later fragments carry bytes only. */
-        message.attachment_count = message.fd_count = 0;
-        message.reply = (pl_wire_right_t){ 0 };
-        message.credit_handle = message.credit_count = 0;
-        offset += chunk;
-    } while (status == PL_OK && offset < size);
+    if (ool) {
+        /* One frame, no payload byte in it: the memfd carries them (the frame's queue, if it waits, has a
+         * duplicate of the descriptor, so ours is closed either way). */
+        uint8_t flags = (uint8_t)(PL_FRAME_OUT_OF_LINE | (once ? PL_FRAME_ONCE : 0));
+        size_t head = pl_wire_encode_message_head(frame, flags, &message, encoded.rights, 0);
+        status = pl_conn_put_frame_locked(conn, frame, head, encoded.fds, message.fd_count);
+        close(ool_fd);
+    } else {
+        /* The fragments, written back to back. */
+        const uint8_t *bytes = payload;
+        uint32_t offset = 0;
+        do {
+            uint32_t room = offset == 0 ? first_room : pl_wire_next_fragment_room();
+            uint32_t chunk = size - offset < room ? (uint32_t)(size - offset) : room;
+            bool more = offset + chunk < size;
+            message.offset = offset;
+            uint8_t flags = (uint8_t)((more ? PL_FRAME_MORE : 0) | (once && offset == 0 ? PL_FRAME_ONCE : 0));
+            size_t head = pl_wire_encode_message_head(frame, flags, &message, encoded.rights, chunk);
+            if (chunk > 0) memcpy(frame + head, bytes + offset, chunk);
+            status = pl_conn_put_frame_locked(conn, frame, head + chunk, encoded.fds, message.fd_count);
+            /* Later fragments carry bytes only. */
+            message.attachment_count = message.fd_count = 0;
+            message.reply = (pl_wire_right_t){ 0 };
+            message.credit_handle = message.credit_count = 0;
+            offset += chunk;
+        } while (status == PL_OK && offset < size);
+    }
     for (uint32_t i = 0; i < encoded.dead_count && status == PL_OK; i++) {
         /* A right to a port destroyed before it went: the peer learns it is a dead name. */
         uint8_t control[PL_WIRE_HEADER_SIZE + 12];

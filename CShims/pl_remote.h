@@ -67,8 +67,16 @@ typedef struct pl_msg_extra {
     struct pl_export *origin; /* the export it arrived through (a reference), or NULL */
     pl_sender_t sender;
     pl_attachments_t *attachments;
-    uint32_t flags;           /* PL_RECEIVED_NOTIFICATION for a notice (pl_notify.c) */
+    uint32_t flags;           /* PL_RECEIVED_NOTIFICATION for a notice (pl_notify.c); PL_MSG_MAPPED */
 } pl_msg_extra_t;
+
+/* In pl_msg_extra_t.flags, never shown to a receiver: the slot's heap payload is a mapping (munmap, not free). */
+#define PL_MSG_MAPPED 0x100u
+
+/* Whether a large slot's payload is a mapping. */
+static inline bool pl_slot_payload_mapped(const struct pl_msg_extra *extra) {
+    return extra != NULL && (extra->flags & PL_MSG_MAPPED) != 0;
+}
 
 pl_attachments_t *pl_attachments_new(uint32_t count);
 
@@ -119,6 +127,7 @@ typedef struct pl_proxy {
 typedef struct pl_out_frame {
     struct pl_out_frame *next;
     size_t length, capacity;  /* bytes held (one frame, or several packed), bytes allocated */
+    size_t control_bytes;     /* the part of length that is not MESSAGE frames: in the connection's out_control_bytes */
     int fds[PL_WIRE_MAX_ATTACHMENTS];
     uint32_t fd_count;
     uint8_t bytes[];
@@ -148,6 +157,8 @@ struct pl_conn {
     pthread_cond_t writable;  /* the outgoing queue drained */
     pl_out_frame_t *out_head, *out_tail;
     size_t out_bytes;
+    size_t out_control_bytes; /* the part of out_bytes that is not messages: what a peer that does not read makes
+                               * us queue (a message's fragments, up to its whole size, are bounded by credit) */
     bool want_writable;       /* the transport watches for EPOLLOUT */
     int64_t last_put_end;     /* when the last frame was sent or queued */
     uint32_t streak;          /* frames in a row put soon after the one before: a streaming sender's are packed */
@@ -185,6 +196,7 @@ struct pl_conn {
         uint32_t dest, total, received;
         int32_t id;
         uint8_t *bytes;
+        bool mapped;          /* bytes is an out-of-line payload's mapping */
         pl_port_t *reply;
         bool reply_once;      /* reply is a send-once right */
         bool once;            /* the message came through a send-once right (PL_FRAME_ONCE) */
@@ -357,6 +369,19 @@ void pl_service_accepted(pl_service_t *service, int fd);
 void pl_service_unlink(pl_service_t *service);
 /* Closes the listening socket, unlinks the name, drops the lock (the transport thread). */
 void pl_service_withdraw(pl_service_t *service);
+
+/* ---- out-of-line payloads (pl_ool.c) ---- */
+
+/* A sealed memfd holding a copy of the payload (*out_fd). PL_ERR_SYSTEM (errno kept) when memfd_create, the
+ * write or the seals fail: the caller sends in frames instead. */
+pl_status_t pl_ool_make(const void *payload, size_t size, int *out_fd);
+/* Whether a received descriptor is a memfd with every seal, exactly `size` bytes long (*reason if not). */
+bool pl_ool_check(int fd, uint32_t size, const char **reason);
+/* The payload of a checked memfd: mapped read-only (*out_mapped), or read into the heap when no mapping can be
+ * made. NULL with *reason when neither works. */
+void *pl_ool_map(int fd, uint32_t size, bool *out_mapped, const char **reason);
+/* Unmaps or frees. */
+void pl_ool_release(void *bytes, size_t size, bool mapped);
 
 /* ---- control messages (pl_cmsg.c) ---- */
 

@@ -90,7 +90,7 @@ static bool pl_decode_hello(const uint8_t *body, size_t size, pl_wire_frame_t *f
         *reason = "hello: unsupported version"; return false;
     }
     if (hello->status > PL_HELLO_FULL) { *reason = "hello: unknown status"; return false; }
-    /* Version 1 to 3 frames are at most PL_WIRE_MAX_FRAME bytes either way; the field lets a later version differ. */
+    /* Frames of versions 1 to 3 are at most PL_WIRE_MAX_FRAME bytes either way; the field lets a later version differ. */
     if (hello->max_frame != PL_WIRE_MAX_FRAME) { *reason = "hello: a largest frame versions 1 to 3 do not use"; return false; }
     if (!pl_right_valid(body + 12, true, false, false, reason)) return false;
     hello->bootstrap = pl_read_right(body + 12);
@@ -102,8 +102,9 @@ static bool pl_decode_message(const uint8_t *body, size_t size, uint8_t flags, u
                               pl_wire_frame_t *frame, const char **reason) {
     const size_t fixed = PL_WIRE_MESSAGE_FIXED - PL_WIRE_HEADER_SIZE;
     if (size < fixed + PL_WIRE_RIGHT_SIZE) { *reason = "message: shorter than its header"; return false; }
-    if (flags & ~(PL_FRAME_MORE | PL_FRAME_ONCE)) { *reason = "message: unknown flags"; return false; }
+    if (flags & ~(PL_FRAME_MORE | PL_FRAME_ONCE | PL_FRAME_OUT_OF_LINE)) { *reason = "message: unknown flags"; return false; }
     pl_wire_message_t *m = &frame->u.message;
+    m->out_of_line = (flags & PL_FRAME_OUT_OF_LINE) != 0;
     m->dest = pl_get32(body);
     m->id = (int32_t)pl_get32(body + 4);
     m->total_size = pl_get32(body + 8);
@@ -119,6 +120,15 @@ static bool pl_decode_message(const uint8_t *body, size_t size, uint8_t flags, u
     if (m->credit_count > PL_QLIMIT_MAX) { *reason = "message: credit over the queue limit"; return false; }
     if (m->attachment_count > PL_WIRE_MAX_ATTACHMENTS) { *reason = "message: too many attachments"; return false; }
     if (m->fd_count != fd_count) { *reason = "message: descriptor count differs from those received"; return false; }
+    if (m->out_of_line) {
+        /* Whole, in one frame, with its memfd last among the descriptors; the bytes are in the memfd only. */
+        if (flags & PL_FRAME_MORE) { *reason = "message: out of line in fragments"; return false; }
+        if (m->offset != 0) { *reason = "message: out of line at an offset"; return false; }
+        if (m->total_size == 0) { *reason = "message: out of line and empty"; return false; }
+        if (fd_count == 0) { *reason = "message: out of line without its memfd"; return false; }
+    }
+    /* Descriptors the attachments name: all but an out-of-line payload's. */
+    uint32_t attached_fds = fd_count - (m->out_of_line ? 1u : 0u);
 
     const uint8_t *rights = body + fixed;
     size_t rights_size = PL_WIRE_RIGHT_SIZE * (1u + (size_t)m->attachment_count);
@@ -148,17 +158,19 @@ static bool pl_decode_message(const uint8_t *body, size_t size, uint8_t flags, u
         if (!pl_right_valid(p, false, true, false, reason)) return false;
         pl_wire_right_t right = pl_read_right(p);
         if (right.kind != PL_RIGHT_FD) continue;
-        if (right.handle >= fd_count) { *reason = "message: descriptor index past those received"; return false; }
+        if (right.handle >= attached_fds) { *reason = "message: descriptor index past those received"; return false; }
         if (used[right.handle / 64] & (1ull << (right.handle % 64))) {
             *reason = "message: a descriptor named twice"; return false;
         }
         used[right.handle / 64] |= 1ull << (right.handle % 64);
         named++;
     }
-    if (named != fd_count) { *reason = "message: a received descriptor is not named"; return false; }
+    if (named != attached_fds) { *reason = "message: a received descriptor is not named"; return false; }
 
     m->bytes = rights + rights_size;
     m->byte_count = (uint32_t)(size - fixed - rights_size);
+    if (m->out_of_line && m->byte_count != 0) { *reason = "message: out of line with bytes in the frame"; return false; }
+    if (m->out_of_line) return true; /* its size is the memfd's, which the connection checks */
     if (m->offset > m->total_size || m->byte_count > m->total_size - m->offset) {
         *reason = "message: fragment past the message's size"; return false;
     }

@@ -9,7 +9,8 @@
  * of one), and the control frames that keep rights and queue room in step (CREDIT, WANT, RECLAIM, RETURN,
  * RELEASE, DEAD). Version 2 adds PROBE and STATUS: a client asks the service's transport how the service is
  * doing (or just for an echo, timing the round trip). Version 3 adds send-once rights (a reply right flagged
- * PL_RIGHT_ONCE, a MESSAGE flagged PL_FRAME_ONCE that uses one up, ONCE_GONE for one released unused) and packed
+ * PL_RIGHT_ONCE, a MESSAGE flagged PL_FRAME_ONCE that uses one up, ONCE_GONE for one released unused), the
+ * OUT_OF_LINE message flag (the payload travels as a sealed memfd beside the frame, not in it) and packed
  * packets; a side sends these only to a peer that said version 3. The whole layout, with the reasons, is in the
  * documentation's "The wire" article.
  *
@@ -31,6 +32,7 @@
 #define PL_WIRE_VERSION 3u           /* what this side says in its HELLO */
 #define PL_WIRE_VERSION_MIN 1u       /* the oldest a peer may say: version 1 has everything but PROBE / STATUS */
 #define PL_WIRE_VERSION_PACKED 3u    /* from version 3 a packet without descriptors may hold several frames */
+#define PL_WIRE_VERSION_OUT_OF_LINE 3u /* the first version whose peers take PL_FRAME_OUT_OF_LINE messages */
 #define PL_WIRE_MAX_FRAME 65536u       /* largest frame either side sends or accepts, header included */
 #define PL_WIRE_MAX_ATTACHMENTS 64u    /* rights and descriptors per message, the reply right not counted */
 #define PL_WIRE_HANDLE_NONE 0xffffffffu /* never a handle, nor is 0: handles are 1 … 2^32 - 2 */
@@ -60,6 +62,9 @@ typedef enum pl_frame_type {
 #define PL_FRAME_MORE 0x01u            /* more fragments of this message follow */
 #define PL_FRAME_ONCE 0x02u            /* (version 3, first fragment) sent through a send-once right for `dest`:
                                         * no credit spent, no reply right, no attachments */
+#define PL_FRAME_OUT_OF_LINE 0x04u     /* version 3: the payload is the packet's last descriptor, a sealed memfd of
+                                        * exactly total_size bytes; the frame carries no payload byte, the message
+                                        * comes whole (offset 0, no MORE), and no attachment names that descriptor */
 /* WANT flags */
 #define PL_WANT_WAIT 0x01u             /* the sender waits: grant credit when room appears */
 
@@ -100,12 +105,13 @@ typedef struct pl_wire_message {
     int32_t id;
     uint32_t total_size;   /* the whole payload's size */
     uint32_t offset;       /* where this fragment's bytes go; 0 in the first */
-    uint32_t attachment_count, fd_count; /* first fragment only */
+    uint32_t attachment_count, fd_count; /* first fragment only; fd_count counts an out-of-line payload's memfd */
     uint32_t credit_handle, credit_count; /* credit for a port of the sender, carried along (0, 0: none) */
     pl_wire_right_t reply; /* first fragment only */
     const uint8_t *attachments;  /* attachment_count encoded rights; pl_wire_right_at reads one */
     const uint8_t *bytes;  /* this fragment's payload bytes */
     uint32_t byte_count;
+    bool out_of_line;      /* PL_FRAME_OUT_OF_LINE: the payload is descriptor fd_count - 1 (decoded from the flags) */
 } pl_wire_message_t;
 
 /* PROBE: `padding` zero bytes follow (a ping's size); STATUS: `echo` zero bytes, as the PROBE asked. */

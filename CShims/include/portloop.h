@@ -264,6 +264,48 @@ typedef struct pl_sender {
 pl_status_t pl_port_send_with(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
                               const pl_attachment_t *attachments, uint32_t attachment_count, int64_t timeout_ns);
 
+/** Payload memory handed over whole instead of copied: Mach's out-of-line memory sent with `deallocate` set
+ *  (MACH_MSG_OOL_DESCRIPTOR, MACH_MSG_VIRTUAL_COPY), and what a receiver gets of it. Either malloc'd memory or,
+ *  for a large payload that came from another process, a read-only mapping of the sender's sealed memfd. */
+typedef struct pl_payload {
+    void *base;                   /**< the bytes; NULL when size is 0 */
+    size_t size;
+    int mapped;                   /**< 1: a read-only mapping (munmap); 0: malloc'd (free) */
+} pl_payload_t;
+
+/** Allocates `size` bytes of payload memory to fill and hand over (vm_allocate). PL_ERR_INVALID_ARG past
+ *  PL_MSG_SIZE_MAX; PL_ERR_NO_MEMORY. */
+pl_status_t pl_payload_allocate(size_t size, pl_payload_t *out);
+
+/** Frees payload memory, whichever kind it is (vm_deallocate), and zeroes *payload. NULL is ignored. */
+void pl_payload_free(pl_payload_t *payload);
+
+/**
+ * Sends a message whose payload memory the port takes over, without copying it (mach_msg with an out-of-line
+ * descriptor, `deallocate` set). To a port of this process the receiver gets the same memory (a payload of at
+ * most PL_INLINE_PAYLOAD_SIZE bytes is copied into the queue and the memory freed); to another process the
+ * payload goes out of line as a sealed memfd when it is at least pl_out_of_line_threshold() bytes, else in
+ * frames, and the memory is freed once written. On PL_OK *payload is zeroed; on any error nothing is queued and
+ * the caller keeps it. Errors as pl_port_send.
+ */
+pl_status_t pl_port_send_payload(pl_port_t *port, int32_t id, pl_payload_t *payload, pl_port_t *reply,
+                                 int64_t timeout_ns);
+
+/** Payloads up to this size are copied into a port's queue whatever way they are sent. */
+#define PL_INLINE_PAYLOAD_SIZE 48u
+
+/** The out-of-line threshold by default: payloads from this size up cross processes as a sealed memfd. */
+#define PL_OOL_THRESHOLD_DEFAULT 1048576u /* 1 MiB: where a memfd starts to beat 64 KiB frames (large-payloads) */
+/** The smallest threshold: below a page a memfd costs more than the frames it replaces. */
+#define PL_OOL_THRESHOLD_MIN 4096u
+
+/** The size from which a payload sent to another process travels as a sealed memfd rather than in frames
+ *  (the size above which Mach's MIG sends arrays out of line). Process-wide. */
+uint32_t pl_out_of_line_threshold(void);
+/** Sets it (at least PL_OOL_THRESHOLD_MIN; UINT32_MAX: never out of line). Peers of wire version 2 and older
+ *  always get frames. */
+void pl_set_out_of_line_threshold(uint32_t bytes);
+
 /** While enabled, a receive on the port that finds it empty with no send right left returns PL_ERR_NO_SENDERS
  *  at once instead of waiting (a request's reply port uses it: when the replier dropped its right, or its
  *  process died, no reply can come). Releasing the last send right wakes receivers blocked on the port
@@ -419,6 +461,15 @@ typedef struct pl_received {
  */
 pl_status_t pl_port_receive(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity,
                             int64_t timeout_ns);
+
+/**
+ * Receives the next message, handing its payload memory over rather than copying it into a buffer (mach_msg
+ * receiving out-of-line memory). A payload another thread sent with pl_port_send_payload is the sender's memory;
+ * one that came out of line from another process is a read-only mapping of its sealed memfd; any other is
+ * allocated and copied once. The caller frees it with pl_payload_free. Errors as pl_port_receive, but never
+ * PL_ERR_TOO_LARGE; PL_ERR_NO_MEMORY when a copy cannot be allocated (the message stays queued).
+ */
+pl_status_t pl_port_receive_payload(pl_port_t *port, pl_received_t *out, pl_payload_t *payload, int64_t timeout_ns);
 
 /**
  * Puts a received message back at the head of the port's queue, ahead of every message queued now (no Mach

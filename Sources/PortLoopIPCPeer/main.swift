@@ -39,6 +39,12 @@
 //       looks NAME up and prints `ok` or `error <PortError>`; --as-nobody first drops to uid/gid 65534.
 //   request DIR NAME ID TEXT
 //       looks NAME up, makes one request and prints `reply <id> <text>` or `error <PortError>`.
+//   bulk DIR NAME SIZE COUNT [THRESHOLD] [--buffer] [--exhaust-descriptors] [--limit-file-size]
+//       looks NAME up and sends COUNT messages id 11 of SIZE bytes, message k's byte i being
+//       UInt8(truncatingIfNeeded: i &* 31 &+ i >> 16) &+ k, waiting forever for room; prints `sent N`. THRESHOLD
+//       sets PortNamespace.outOfLineThreshold first. --buffer sends MessageBuffers. --exhaust-descriptors opens
+//       /dev/null until no descriptor is left before sending (no memfd can be made), and says `exhausted N`.
+//       --limit-file-size: RLIMIT_FSIZE of 64 KiB, SIGXFSZ ignored, so that no larger memfd can be written.
 import Foundation
 import PortLoop
 #if canImport(Glibc)
@@ -354,6 +360,33 @@ case "request":
         say("error \(error)")
     }
     exit(0)
+
+case "bulk":
+    guard arguments.count >= 5, let size = Int(arguments[3]), let count = Int(arguments[4]) else { fail("usage") }
+    if arguments.count > 5, let threshold = Int(arguments[5]) { PortNamespace.outOfLineThreshold = threshold }
+    let service = must("lookUp") { try namespace.lookUp(name) }
+    if flags.contains("--exhaust-descriptors") {
+        var opened = 0
+        while open("/dev/null", O_RDONLY | O_CLOEXEC) >= 0 { opened += 1 }
+        say("exhausted \(opened)")
+    }
+    if flags.contains("--limit-file-size") {
+        var limit = rlimit(rlim_cur: 65536, rlim_max: 65536)
+        signal(SIGXFSZ, SIG_IGN)
+        guard setrlimit(__rlimit_resource_t(RLIMIT_FSIZE.rawValue), &limit) == 0 else { fail("setrlimit") }
+    }
+    // Made before the first send, so that the sends follow one another as fast as the connection takes them.
+    let base = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 16) }
+    let payloads = (0..<count).map { k in base.withUnsafeBufferPointer { b in b.map { $0 &+ UInt8(truncatingIfNeeded: k) } } }
+    for bytes in payloads {
+        if flags.contains("--buffer") {
+            do { try service.send(id: 11, buffer: try MessageBuffer(copying: bytes)) } catch { fail("send: \(error)") }
+        } else {
+            must("send") { try service.send(id: 11, bytes: bytes) }
+        }
+    }
+    say("sent \(count)")
+    while true { sleep(3600) }
 
 default:
     fail("unknown role \(role)")

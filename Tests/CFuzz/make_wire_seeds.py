@@ -7,7 +7,7 @@ import struct
 
 HELLO, MESSAGE, CREDIT, WANT, RECLAIM, RETURN, RELEASE, DEAD, PROBE, STATUS, ONCE_GONE = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 NONE, SENDERS, YOURS, FD = 0, 1, 2, 3
-MORE, ONCE = 0x01, 0x02        # MESSAGE flags
+MORE, ONCE, OUT_OF_LINE = 0x01, 0x02, 0x04  # MESSAGE flags
 PROMPT, RIGHT_ONCE = 0x01, 0x02  # right flags
 
 
@@ -34,11 +34,20 @@ def status(seq, pid=1234, uid=1000, gid=1000, depth=2, limit=64, max_size=65536,
                                         received) + bytes(padding))
 
 
+# The harness's descriptor byte: count in bits 0-1, what the last descriptor is in bits 2-3.
+DEV_NULL, SEALED_MEMFD, UNSEALED_MEMFD, LONGER_MEMFD = 0, 1, 2, 3
+
+
+def fds(count, last=DEV_NULL):
+    return count | (last << 2)
+
+
 def message(dest, ident, payload, total=None, offset=0, reply=right(), attachments=(), fds=0, more=False,
-            credit=(0, 0), once=False):
+            credit=(0, 0), once=False, out_of_line=False):
     total = len(payload) if total is None else total
     head = struct.pack("<IiIIHHII", dest, ident, total, offset, len(attachments), fds, credit[0], credit[1])
-    return frame(MESSAGE, (MORE if more else 0) | (ONCE if once else 0), head + reply + b"".join(attachments) + payload)
+    flags = (MORE if more else 0) | (ONCE if once else 0) | (OUT_OF_LINE if out_of_line else 0)
+    return frame(MESSAGE, flags, head + reply + b"".join(attachments) + payload)
 
 
 def control(kind, handle, value=None, extra=None):
@@ -121,6 +130,41 @@ seeds = {
     "service-send-once-from-version-2": conversation(True, [
         (0, hello(version=2)),
         (0, message(1, 24, b"a version 2 peer has no send-once right", once=True)),
+    ]),
+    # Version 3: payloads out of line, as a sealed memfd beside the frame, and each way a peer could get it wrong.
+    "service-out-of-line": conversation(True, [
+        (0, hello(version=3)),
+        (fds(1, SEALED_MEMFD), message(1, 15, b"", total=1000, fds=1, out_of_line=True)),
+        (fds(2, SEALED_MEMFD), message(1, 16, b"", total=600, attachments=[right(FD, 0)], fds=2, out_of_line=True)),
+    ]),
+    "service-out-of-line-taken": b"\x03" + conversation(True, [
+        (0, hello(version=3)),
+        (fds(1, SEALED_MEMFD), message(1, 18, b"", total=700, fds=1, out_of_line=True)),
+        (fds(1, SEALED_MEMFD), message(1, 19, b"", total=20, fds=1, out_of_line=True)),
+    ])[1:],
+    "service-out-of-line-unsealed": conversation(True, [
+        (0, hello(version=3)),
+        (fds(1, UNSEALED_MEMFD), message(1, 20, b"", total=1000, fds=1, out_of_line=True)),
+    ]),
+    "service-out-of-line-wrong-size": conversation(True, [
+        (0, hello(version=3)),
+        (fds(1, LONGER_MEMFD), message(1, 21, b"", total=1000, fds=1, out_of_line=True)),
+    ]),
+    "service-out-of-line-not-a-memfd": conversation(True, [
+        (0, hello(version=3)),
+        (fds(1, DEV_NULL), message(1, 22, b"", total=1000, fds=1, out_of_line=True)),
+    ]),
+    "service-out-of-line-missing-memfd": conversation(True, [
+        (0, hello(version=3)),
+        (0, message(1, 23, b"", total=1000, fds=0, out_of_line=True)),
+    ]),
+    "service-out-of-line-from-version-2": conversation(True, [
+        (0, hello(version=2)),
+        (fds(1, SEALED_MEMFD), message(1, 24, b"", total=1000, fds=1, out_of_line=True)),
+    ]),
+    "service-out-of-line-over-the-port-size": conversation(True, [
+        (0, hello(version=3)),
+        (fds(1, SEALED_MEMFD), message(1, 25, b"", total=2000, fds=1, out_of_line=True)),
     ]),
     "client-status": conversation(False, [
         (0, hello(0, right(SENDERS, 1, 2, 1024))),

@@ -4,7 +4,12 @@
  * Each input drives one connection, as its peer would, with a sequence of packets:
  *
  *   input   := flags:u8 packet*
- *   packet  := fd_count:u8 (0-3, modulo 4) length:u16le bytes[length]
+ *   packet  := fds:u8 length:u16le bytes[length]
+ *
+ * fds: bits 0-1 the descriptor count (0-3); bits 2-3 what the last one is, so that an out-of-line payload
+ * (version 3) meets every kind a peer could pass: 0 /dev/null (not a memfd), 1 a memfd of the size the frame
+ * declares with every seal, 2 the same without F_SEAL_WRITE (a sender could still change the bytes), 3 a sealed
+ * memfd one byte longer than declared. The others are /dev/null.
  *
  * flags bit 0: the connection is a service's (it expects the client's hello) or a client's (it expects the
  * service's hello, with the service port's right). The connection runs on one end of a socketpair with a port
@@ -17,15 +22,20 @@
  * the first packet refused ends the input, as a disconnection would. Between packets the port is drained.
  * A service's connection belongs to a service of that port which welcomed the peer, so that PROBE is answered
  * (when the peer's hello said version 2); a client's connection has a status query waiting for STATUS 1
- * (no echo), so that an answer meets a waiter as well as none.
+ * (no echo), so that an answer meets a waiter as well as none. flags bit 1: the port is drained with
+ * pl_port_receive_payload (payload memory handed over) instead of pl_port_receive.
+ *
+ * PL_FUZZ_TRACE=1 prints what became of each packet (taken, or the reason it was refused).
  *
  * Checked: no crash, no undefined behaviour, no leak (LeakSanitizer: every proxy, export, message, descriptor
  * and buffer of the connection is gone after its teardown), every descriptor handed over closed or owned, and
  * for each packet the decoder accepts, encoding what it decoded gives the same bytes back (the layout is one).
  */
+#define _GNU_SOURCE /* memfd_create */
 #include "pl_remote.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,15 +84,29 @@ static void check_round_trip(const uint8_t *packet, size_t length, const pl_wire
     if (n != length || memcmp(again, packet, length) != 0) fail("a decoded frame does not encode to its bytes");
 }
 
-static void drain_port(pl_port_t *port) {
+static void drain_port(pl_port_t *port, bool take) {
     uint8_t buffer[1024];
     pl_received_t out;
-    while (pl_port_receive(port, &out, buffer, sizeof buffer, 0) == PL_OK) {
+    pl_payload_t payload;
+    while ((take ? pl_port_receive_payload(port, &out, &payload, 0)
+                 : pl_port_receive(port, &out, buffer, sizeof buffer, 0)) == PL_OK) {
         if (out.reply != NULL) {
             if (out.flags & PL_RECEIVED_REPLY_ONCE) pl_port_release_send_once(out.reply); else pl_port_release_send(out.reply);
         }
         pl_attachments_free(out.attachments);
+        if (take) {
+            if (payload.size != out.size || (payload.size > 0 && payload.base == NULL)) fail("a payload handed over short");
+            pl_payload_free(&payload);
+        }
     }
+}
+
+/* A memfd of `size` zero bytes with the given seals (see the top). */
+static int make_memfd(uint32_t size, int seals) {
+    int fd = memfd_create("pl_fuzz_wire", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, size) != 0) fail("memfd");
+    if (seals != 0 && fcntl(fd, F_ADD_SEALS, seals) != 0) fail("seals");
+    return fd;
 }
 
 static void drain_socket(int fd) {
@@ -105,6 +129,7 @@ static void drain_socket(int fd) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     bool accepted = data[0] & 1;
+    bool take = (data[0] & 2) != 0;
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, pair) != 0) fail("socketpair");
     pl_conn_t *conn = pl_conn_new(pair[0], accepted);
@@ -130,7 +155,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     size_t at = 1;
     while (at + 3 <= size) {
-        uint32_t fd_count = data[at] % 4;
+        uint32_t fd_count = data[at] & 3;
+        uint32_t last_kind = (data[at] >> 2) & 3;
         size_t length = (size_t)data[at + 1] | ((size_t)data[at + 2] << 8);
         at += 3;
         if (length > size - at) length = size - at;
@@ -156,20 +182,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
             if (fds[i] < 0) fail("open");
         }
+        if (fd_count > 0 && last_kind != 0) {
+            /* The declared size, as far as the bytes say one (capped: the port takes 1024 at most anyway). */
+            uint32_t declared = length >= PL_WIRE_HEADER_SIZE + 12
+                                    ? ((uint32_t)packet[16] | (uint32_t)packet[17] << 8 | (uint32_t)packet[18] << 16 |
+                                       (uint32_t)packet[19] << 24)
+                                    : 0;
+            if (declared > 4096) declared = 4096;
+            const int all = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL;
+            close(fds[fd_count - 1]);
+            fds[fd_count - 1] = last_kind == 1   ? make_memfd(declared, all)
+                                : last_kind == 2 ? make_memfd(declared, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+                                                 : make_memfd(declared + 1, all);
+        }
         bool ok = pl_conn_receive_packet(conn, packet, length, fds, fd_count, &reason);
-        drain_port(port);
+        drain_port(port, take);
         drain_socket(pair[1]);
+        if (getenv("PL_FUZZ_TRACE") != NULL) fprintf(stderr, "packet type %u: %s\n", length > 0 ? packet[0] : 0, ok ? "taken" : reason);
         if (!ok) {
             if (reason == NULL) fail("a refused frame without a reason");
-            /* PL_FUZZ_VERBOSE: say why an input ended early (to check that a seed goes where it is meant to). */
-            if (getenv("PL_FUZZ_VERBOSE") != NULL) fprintf(stderr, "pl_fuzz_wire: refused: %s\n", reason);
             break;
         }
     }
     pl_conn_teardown(conn, "end of input");
     conn->service = NULL;
     conn->probes = NULL;
-    drain_port(port);
+    drain_port(port, take);
     pl_port_destroy(port);
     drain_socket(pair[1]);
     close(pair[1]);

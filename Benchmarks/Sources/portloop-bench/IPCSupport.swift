@@ -274,7 +274,7 @@ func waitForNoConnections(_ scenario: String) {
 
 // MARK: - The child
 
-/// The child's side (`--ipc-child ROLE PARENT-PID NAMESPACE NAME [COUNT] [SIZE]`); never returns. Roles:
+/// The child's side (`--ipc-child ROLE PARENT-PID NAMESPACE NAME [COUNT] [SIZE] [THRESHOLD]`); never returns. Roles:
 ///
 /// - `echo` (`COUNT` is the maximum message size here, 8 when absent): checks NAME in and serves it with a
 ///   `RunLoopPortSource` on the main run loop: ``IPCMessage/data`` is answered with its payload (the handler's
@@ -282,7 +282,8 @@ func waitForNoConnections(_ scenario: String) {
 ///   It writes `ready PID` to standard output once the name is checked in.
 /// - `send`: looks NAME up, makes a ``IPCMessage/warmUp`` request, takes the clock, sends COUNT ``IPCMessage/data``
 ///   messages of SIZE bytes (8 when absent; timeout `.forever`; the first 8 bytes of the first carry the clock,
-///   of the others their index), then makes a ``IPCMessage/done`` request and exits 0.
+///   of the others their index), then makes a ``IPCMessage/done`` request and exits 0. THRESHOLD, when given,
+///   is set as `PortNamespace.outOfLineThreshold` first (large-payloads: `Int.max` sends in frames).
 /// - The roles of the peers scenarios (NIO and gRPC servers and senders, the `peers-clients` servers and
 ///   clients): ``runPeerChild(_:_:)``, which takes NAMESPACE as a directory and NAME as a socket file in it.
 ///
@@ -315,6 +316,7 @@ func runIPCChild(_ arguments: [String]) -> Never {
             printError("send: SIZE must be a number of at least 8")
             exit(2)
         }
+        if arguments.count >= 7, let threshold = Int(arguments[6]) { PortNamespace.outOfLineThreshold = threshold }
         sendMessages(namespace, name, count: count, size: size)
     default:
         runPeerChild(arguments[0], Array(arguments.dropFirst(2)))

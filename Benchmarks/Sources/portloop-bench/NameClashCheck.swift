@@ -24,3 +24,5 @@ let portLoopPublicTypes: [Any.Type] = [
 /// Noncopyable types cannot be `Any.Type`.
 let portLoopReceiveRightType = PortReceiveRight.self
 let portLoopSendOnceRightType = PortSendOnceRight.self
+let portLoopMessageBufferType = MessageBuffer.self
+let portLoopReceivedBufferType = ReceivedBuffer.self

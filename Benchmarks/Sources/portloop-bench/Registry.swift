@@ -113,4 +113,5 @@ let allScenarios: [Scenario] = [
     peersPingPongScenario,
     peersThroughputScenario,
     peersClientsScenario,
+    largePayloadsScenario,
 ]

@@ -110,4 +110,19 @@ public struct PortReceiveRight: ~Copyable, @unchecked Sendable {
         try PortError.check(status, operation: "receive", size: Int(header.size), limit: buffer.count)
         return ReceivedMessageHeader(adopting: header)
     }
+
+    /// Receives the next message with its payload memory handed over, not copied into an array or a buffer
+    /// (`mach_msg` receiving out-of-line memory). A payload sent in this process with
+    /// ``PortSendRight/send(id:buffer:replyPort:timeout:)`` is the sender's memory; one that came out of line
+    /// from another process is a read-only mapping of its sealed memfd (``MessageBuffer/isMapped``); any other
+    /// is copied once into a new buffer.
+    /// - Throws: ``PortError/timedOut``, ``PortError/portDied``, ``PortError/outOfMemory`` (the message stays
+    ///   queued), ``PortError/invalidArgument(argument:reason:)``.
+    public func receiveBuffer(timeout: PortTimeout = .forever) throws(PortError) -> ReceivedBuffer {
+        var header = pl_received_t()
+        var raw = pl_payload_t()
+        try PortError.check(pl_port_receive_payload(port, &header, &raw, try timeout.nanoseconds()),
+                            operation: "receive")
+        return ReceivedBuffer(header: ReceivedMessageHeader(adopting: header), buffer: MessageBuffer(adopting: raw))
+    }
 }

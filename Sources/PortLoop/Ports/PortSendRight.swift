@@ -200,6 +200,28 @@ public struct PortSendRight: Hashable, Sendable, CustomStringConvertible {
         try result.get()
     }
 
+    /// Sends a message whose payload memory moves with it instead of being copied (`mach_msg` with an
+    /// out-of-line descriptor whose `deallocate` is set).
+    ///
+    /// To a port of this process the receiver gets the same memory (``PortReceiveRight/receiveBuffer(timeout:)``),
+    /// or a copy through the receive calls that fill an array or a buffer. To another process the payload goes
+    /// as a sealed memfd from ``PortNamespace/outOfLineThreshold`` up, in frames below it, and the memory is
+    /// freed once written. Queue limits, timeouts and errors are those of
+    /// ``send(id:payload:replyPort:attachments:timeout:)-(_,UnsafeRawBufferPointer,_,_,_)``.
+    /// - Throws: as that call. When it throws nothing is queued and the buffer is freed.
+    public func send(id: Int32 = 0, buffer: consuming MessageBuffer, replyPort: PortSendRight? = nil,
+                     timeout: PortTimeout = .forever) throws(PortError) {
+        let nanoseconds = try timeout.nanoseconds()
+        var raw = buffer.take()
+        let size = raw.size
+        let status = pl_port_send_payload(port, id, &raw, replyPort?.port, nanoseconds)
+        if status != PL_OK { pl_payload_free(&raw) }
+        if status == PL_ERR_INVALID_ARG {
+            throw .invalidArgument(argument: "replyPort", reason: "a right to a port of a third process")
+        }
+        try PortError.check(status, operation: "send", size: size, limit: Int(pl_port_get_max_msg_size(port)))
+    }
+
     public static func == (lhs: PortSendRight, rhs: PortSendRight) -> Bool { lhs.port == rhs.port }
     public func hash(into hasher: inout Hasher) { hasher.combine(name) }
     public var description: String {

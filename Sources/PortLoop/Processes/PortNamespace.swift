@@ -29,6 +29,16 @@ public struct PortNamespace: Sendable, Hashable, CustomStringConvertible {
         self.path = path
     }
 
+    /// The payload size from which a message to another process travels out of line: written once into a
+    /// sealed memfd that the receiver maps, rather than copied through the socket in 64 KiB frames (Mach's
+    /// out-of-line memory, which MIG uses for large arrays). Process-wide; 1 MiB by default (where a memfd
+    /// begins to beat frames in the `large-payloads` benchmark), at least 4 KiB; `Int.max` sends everything in
+    /// frames. Processes of an earlier PortLoop always get frames.
+    public static var outOfLineThreshold: Int {
+        get { Int(pl_out_of_line_threshold()) }
+        set { pl_set_out_of_line_threshold(UInt32(clamping: newValue)) }
+    }
+
     /// The user's namespace: `$PORTLOOP_NAMESPACE`, else `$XDG_RUNTIME_DIR/portloop`, else `/tmp/portloop-<uid>`.
     /// - Throws: ``PortError/invalidArgument(argument:reason:)`` when that path is relative or too long.
     public static var standard: PortNamespace {

@@ -9,6 +9,7 @@
 #ifndef CBENCHFLOORS_H
 #define CBENCHFLOORS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -44,6 +45,11 @@ int64_t bf_seqpacket_pingpong(uint64_t warmup, uint64_t round_trips);
  *  caller receives them (blocking recv). Returns the nanoseconds from the child's first send (after a go
  *  packet from the caller) to the caller's last receive. */
 int64_t bf_seqpacket_throughput(uint64_t messages);
+
+/** One-way bulk: a forked child writes `messages` payloads of `size` bytes with blocking write on a SOCK_STREAM
+ *  socketpair, the caller reads each whole with blocking read. Returns the nanoseconds from the caller's go byte
+ *  to its last read, or -1. */
+int64_t bf_stream_copy(uint64_t messages, size_t size);
 
 /** Two processes ping-pong messages of `size` bytes (at least 8) with blocking send/recv on a socketpair: one
  *  packet per message on SOCK_SEQPACKET (`seqpacket` nonzero; the size must fit the socket's send buffer), a
