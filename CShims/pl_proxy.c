@@ -351,6 +351,25 @@ static bool pl_proxy_unsend_once(pl_conn_t *conn, uint32_t handle) {
     return counted;
 }
 
+/* A frame-sized buffer per sending thread, made at its first message over a few KiB and kept until it ends:
+ * a stream of such messages allocates nothing per message. */
+static pthread_key_t pl_send_buffer_key;
+static pthread_once_t pl_send_buffer_once = PTHREAD_ONCE_INIT;
+static void pl_send_buffer_key_make(void) { pthread_key_create(&pl_send_buffer_key, free); }
+
+static uint8_t *pl_thread_send_buffer(void) {
+    pthread_once(&pl_send_buffer_once, pl_send_buffer_key_make);
+    uint8_t *buffer = pthread_getspecific(pl_send_buffer_key);
+    if (buffer == NULL) {
+        buffer = malloc(PL_WIRE_MAX_FRAME);
+        if (buffer != NULL && pthread_setspecific(pl_send_buffer_key, buffer) != 0) {
+            free(buffer);
+            buffer = NULL;
+        }
+    }
+    return buffer;
+}
+
 /* Writes one message (its credit taken, unless `once`: a message through a send-once right). */
 static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
                                   pl_reply_mode_t mode, bool *reply_taken, const pl_attachment_t *attachments,
@@ -379,9 +398,9 @@ static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *paylo
                                               pl_wire_next_fragment_room());
     size_t head_size = PL_WIRE_MESSAGE_FIXED + PL_WIRE_RIGHT_SIZE * (1 + (size_t)attachment_count);
     size_t need = (ool ? 0 : size) + (size_t)fragments * head_size;
-    /* Small messages are built on the stack; a large one gets a frame-sized buffer for the call. */
+    /* Small messages are built on the stack; a larger one in the thread's frame-sized buffer. */
     uint8_t small[4096];
-    uint8_t *frame = need <= sizeof small ? small : malloc(PL_WIRE_MAX_FRAME);
+    uint8_t *frame = need <= sizeof small ? small : pl_thread_send_buffer();
     if (frame == NULL) {
         if (ool) close(ool_fd);
         if (!once) pl_proxy_give_back_credit(port);
@@ -393,7 +412,6 @@ static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *paylo
         if (timeout_ns == 0 || pl_now_ns() >= deadline) {
             pthread_mutex_unlock(&conn->write_lock);
             pl_proxy_give_back_credit(port);
-            if (frame != small) free(frame);
             if (ool) close(ool_fd);
             return PL_ERR_TIMED_OUT;
         }
@@ -401,7 +419,6 @@ static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *paylo
     }
     if (conn->fd < 0) {
         pthread_mutex_unlock(&conn->write_lock);
-        if (frame != small) free(frame);
         if (ool) close(ool_fd);
         return PL_ERR_INVALID_DEST;
     }
@@ -439,7 +456,6 @@ static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *paylo
         pthread_mutex_unlock(&conn->lock);
         pthread_mutex_unlock(&conn->write_lock);
         if (!once) pl_proxy_give_back_credit(port);
-        if (frame != small) free(frame);
         if (ool) close(ool_fd);
         return status;
     }
@@ -483,7 +499,6 @@ static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *paylo
         status = pl_conn_put_frame_locked(conn, control, length, NULL, 0);
     }
     pthread_mutex_unlock(&conn->write_lock);
-    if (frame != small) free(frame);
 
     /* A send-once right given out on a message that did not go (the connection broke) is counted back; a moved
      * one ends there, and its port is told. One that went is the peer's now: the caller's is forgotten. */
