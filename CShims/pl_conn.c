@@ -153,12 +153,17 @@ static bool pl_conn_send_queued_locked(pl_conn_t *conn, bool keep_tail, bool *go
 }
 
 /* A sender is streaming when its last PL_CONN_STREAK frames each came within PL_CONN_CORK_NS of the end of the
- * one before. Then, if the peer reads packed packets, a frame waits in the queue, packed with the ones that
- * follow: full packets go out from the sender at once, the last one when the transport finds the socket
- * writable — a system call per packet instead of per message. A frame after a pause (a request, an answer, a
- * ping, the control frame or two that follow one) goes out at once. */
+ * one before. Then, if the process asked for it (pl_set_stream_packing) and the peer reads packed packets, a
+ * frame waits in the queue, packed with the ones that follow: full packets go out from the sender at once, the
+ * last one when the transport finds the socket writable — a system call per packet instead of per message. A
+ * frame after a pause (a request, an answer, a ping, the control frame or two that follow one) goes out at once.
+ * Off by default: a held frame dies with its process if that process dies abruptly. */
 #define PL_CONN_CORK_NS 2000
 #define PL_CONN_STREAK 8u
+
+static atomic_bool pl_stream_packing_on;
+int pl_stream_packing(void) { return atomic_load_explicit(&pl_stream_packing_on, memory_order_relaxed); }
+void pl_set_stream_packing(int on) { atomic_store_explicit(&pl_stream_packing_on, on != 0, memory_order_relaxed); }
 
 pl_status_t pl_conn_put_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size_t length, const int *fds,
                                      uint32_t fd_count) {
@@ -170,6 +175,7 @@ pl_status_t pl_conn_put_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size
         conn->streak = 0;
     }
     bool streaming = conn->streak == PL_CONN_STREAK && fd_count == 0 &&
+                     atomic_load_explicit(&pl_stream_packing_on, memory_order_relaxed) &&
                      atomic_load_explicit(&conn->packs, memory_order_acquire);
     if (conn->out_head == NULL && !streaming) {
         int sent = pl_conn_sendmsg(conn->fd, bytes, length, fds, fd_count);

@@ -654,6 +654,16 @@ int pl_port_is_remote(const pl_port_t *port);
  *  given out and held) in this process. */
 void pl_remote_stats(uint32_t *out_connections, uint32_t *out_exports, uint32_t *out_imports);
 
+/** Whether a sender that streams to another process has its messages held a moment and packed, many to a
+ *  packet (0 by default). When on, a thread that sends back to back (eight messages, each within 2 µs of the
+ *  last) has its messages wait in the connection's outgoing queue until a 64 KiB packet fills or the transport
+ *  thread finds the socket writable: one system call per packet instead of per message. The cost: a message
+ *  whose send returned may still be in this process, so a process that dies abruptly (SIGKILL, _exit, a crash)
+ *  loses what was held; exit() sends it first. Off, a send to another process returns once the kernel has the
+ *  message (unless the socket is full), as Mach's mach_msg does. Process-wide. */
+int pl_stream_packing(void);
+void pl_set_stream_packing(int on);
+
 /** Frames this process received packed behind another in one packet, since it started: a sender that streams
  *  packs its backlog (wire version 3). A statistic, for tests and benchmarks. */
 uint64_t pl_remote_packed_frames(void);

@@ -19,10 +19,12 @@
 //   client DIR NAME THREADS COUNT
 //       looks NAME up; THREADS threads each send COUNT messages id 8 with payload "pid thread seq", waiting
 //       forever for room; prints `sent N` when all are sent.
-//   stream DIR NAME COUNT [SIZE]
+//   stream DIR NAME COUNT [SIZE] [--pack] [--exit-now]
 //       looks NAME up, prints `ready` and waits for a line on stdin; then one thread sends COUNT messages id 8
-//       back to back, payload "pid 0 seq" padded with spaces to SIZE bytes (default 16), waiting forever for room; prints `sent N` and exits at once, through exit(),
-//       which sends what the library still holds (packed while streaming, or waiting for room in the socket).
+//       back to back, payload "pid 0 seq" padded with spaces to SIZE bytes (default 16), waiting forever for room;
+//       prints `sent N` and exits at once through exit(), which sends what the library still holds (waiting for
+//       room in the socket, or packed); with --exit-now it calls _exit() right after its last send instead. --pack:
+//       PortNamespace.packsStreams is set first.
 //   flood DIR NAME COUNT
 //       looks NAME up and sends COUNT messages id 1 whose replies go to a port of its own that it never reads.
 //   hold DIR NAME
@@ -288,23 +290,35 @@ case "client":
     exit(0)
 
 case "stream":
-    guard arguments.count == 4 || arguments.count == 5, let count = Int(arguments[3]),
-          let size = arguments.count == 5 ? Int(arguments[4]) : 16, size >= 16 else { fail("usage") }
+    let options = arguments.dropFirst(3).filter { $0.hasPrefix("--") }
+    let numbers = arguments.dropFirst(3).filter { !$0.hasPrefix("--") }.compactMap { Int($0) }
+    guard numbers.count == 1 || numbers.count == 2, options.allSatisfy({ $0 == "--pack" || $0 == "--exit-now" }),
+          numbers.count + options.count == arguments.count - 3 else { fail("usage") }
+    let count = numbers[0], size = numbers.count == 2 ? numbers[1] : 16
+    guard size >= 16 else { fail("usage") }
+    if options.contains("--pack") { PortNamespace.packsStreams = true }
     let service: PortSendRight
     do { service = try namespace.lookUp(name) } catch { fail("lookUp: \(error)") }
-    say("ready \(getpid())")
-    _ = readLine()
+    // Every payload made before the first send, so that the sends come back to back even in a debug build.
     let pid = getpid()
-    var payload = [UInt8](repeating: UInt8(ascii: " "), count: size)
+    var payloads = [UInt8](repeating: UInt8(ascii: " "), count: count * size)
     for seq in 0..<count {
         let head = Array("\(pid) 0 \(seq)".utf8)
-        payload.replaceSubrange(0..<head.count, with: head) // the sequence only grows: no stale digit stays
-        do {
-            try payload.withUnsafeBytes { bytes in try service.send(id: 8, payload: bytes, timeout: .forever) }
-        } catch {
-            fail("send \(seq): \(error)")
+        payloads.replaceSubrange(seq * size..<seq * size + head.count, with: head)
+    }
+    say("ready \(pid)")
+    _ = readLine()
+    payloads.withUnsafeBytes { all in
+        for seq in 0..<count {
+            do {
+                try service.send(id: 8, payload: UnsafeRawBufferPointer(rebasing: all[seq * size..<(seq + 1) * size]),
+                                 timeout: .forever)
+            } catch {
+                fail("send \(seq): \(error)")
+            }
         }
     }
+    if options.contains("--exit-now") { _exit(0) } // at once: not even the line below
     say("sent \(count)")
     exit(0)
 
