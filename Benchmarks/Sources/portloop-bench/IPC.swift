@@ -92,6 +92,7 @@ let ipcThroughputScenario = Scenario(
                 let elapsed = bf_seqpacket_throughput(UInt64(messages))
                 return perSecond(floorNanoseconds("seqpacket throughput", elapsed, per: 1) / 1e9)
             },
+            { perSecond(ipcSinkThroughput(messages: messages, loop: true, packs: true).seconds) },
         ])
     }
     let unit = "msg/s"
@@ -101,6 +102,8 @@ let ipcThroughputScenario = Scenario(
             sample: samples[1], unit: unit, decimals: 0),
         Row(.floor, "C floor: SOCK_SEQPACKET send per message, two processes", sample: samples[2], unit: unit,
             decimals: 0, short: "seqpacket"),
+        Row(.ours, "loop: Source1 service, sender in another process packing its stream (packsStreams)",
+            sample: samples[3], unit: unit, decimals: 0),
     ].withPeerRatios() + [
         Row(.counter, "loop: Source1 service, passes that slept per message", sample: side.sample("loop passes"),
             unit: "per msg", decimals: 5),
@@ -326,7 +329,7 @@ final class IPCSink: @unchecked Sendable {
 /// `size` bytes. `allocations`, when given, counts this process's allocations from the first message to the
 /// last. Returns the time from the child's first timed send to the last message's arrival at the handler (or
 /// the receive), and (for the loop) how many passes slept meanwhile.
-func ipcSinkThroughput(messages: Int, loop: Bool, size: Int = 8,
+func ipcSinkThroughput(messages: Int, loop: Bool, size: Int = 8, packs: Bool = false,
                        allocations: AllocationWindow? = nil) -> (seconds: Double, sleeps: Int) {
     let space = TemporaryNamespace()
     let sink = IPCSink(messages: messages, allocations: allocations)
@@ -349,7 +352,8 @@ func ipcSinkThroughput(messages: Int, loop: Bool, size: Int = 8,
                     try loop.add(observer, mode: .default)
                 }
             }
-            let child = BenchChild(role: "send", [space.path, ipcServiceName, "\(messages)", "\(size)"])
+            let child = BenchChild(role: "send", [space.path, ipcServiceName, "\(messages)", "\(size)"]
+                                   + (packs ? ["--pack"] : []))
             let status = child.finish(within: 600)
             if status != 0 { consumer.loop.stop() }
             consumer.join()
@@ -374,7 +378,8 @@ func ipcSinkThroughput(messages: Int, loop: Bool, size: Int = 8,
                     }
                 }
             }
-            let child = BenchChild(role: "send", [space.path, ipcServiceName, "\(messages)", "\(size)"])
+            let child = BenchChild(role: "send", [space.path, ipcServiceName, "\(messages)", "\(size)"]
+                                   + (packs ? ["--pack"] : []))
             let status = child.finish(within: 600)
             guard status == 0 else { fatalError("ipc-throughput: the sending child failed") }
             receiver.join()

@@ -317,6 +317,7 @@ func runIPCChild(_ arguments: [String]) -> Never {
             exit(2)
         }
         if arguments.count >= 7, let threshold = Int(arguments[6]) { PortNamespace.outOfLineThreshold = threshold }
+        if arguments.contains("--pack") { PortNamespace.packsStreams = true }
         sendMessages(namespace, name, count: count, size: size)
     default:
         runPeerChild(arguments[0], Array(arguments.dropFirst(2)))

@@ -176,11 +176,20 @@ let peersThroughputScenario = Scenario(
                 return perSecond(floorNanoseconds("seqpacket throughput", elapsed, per: 1) / 1e9)
             }
         }
+        let packedIndex = variants.count
+        variants.append {
+            allocs.measure("PortLoop packing", messages: messages) {
+                perSecond(ipcSinkThroughput(messages: messages, loop: true, size: size, packs: true,
+                                            allocations: $0).seconds)
+            }
+        }
         let samples = checkingDescriptors("peers-throughput") { measureInterleaved(runs: settings.runs, variants) }
         let unit = "msg/s"
         var measured = [
             Row(.ours, "loop: Source1 service, sender in another process, \(label)", sample: samples[0], unit: unit,
                 decimals: 0, key: label),
+            Row(.ours, "loop: Source1 service, sender packing its stream (packsStreams), \(label)",
+                sample: samples[packedIndex], unit: unit, decimals: 0, key: label),
             Row(.peer, "NIO: frame sink, NIO sender in another process, \(label)", sample: samples[1], unit: unit,
                 decimals: 0, short: "NIO", key: label),
             Row(.peer, "gRPC: client stream to a sink, sender in another process, \(label)", sample: samples[2],
@@ -193,7 +202,7 @@ let peersThroughputScenario = Scenario(
                                 sample: samples[4], unit: unit, decimals: 0, short: "seqpacket", key: label))
         }
         rows += measured.withPeerRatios()
-        rows += ["PortLoop", "NIO", "gRPC stream"].map { allocs.row($0, label: label, unit: "message") }
+        rows += ["PortLoop", "PortLoop packing", "NIO", "gRPC stream"].map { allocs.row($0, label: label, unit: "message") }
     }
     return rows
 }
