@@ -295,7 +295,10 @@ pl_status_t pl_port_send_payload(pl_port_t *port, int32_t id, pl_payload_t *payl
 #define PL_INLINE_PAYLOAD_SIZE 48u
 
 /** The out-of-line threshold by default: payloads from this size up cross processes as a sealed memfd. */
-#define PL_OOL_THRESHOLD_DEFAULT 1048576u /* 1 MiB: where a memfd starts to beat 64 KiB frames (large-payloads) */
+/* Off: on the development machine a fresh memfd per message was slower than 64 KiB frames at every size measured,
+ * 64 KiB to 16 MiB (large-payloads); it is there for a process that asks for it (a payload of many MiB that should
+ * not hold up the connection's other messages while its frames go, a receiver that keeps the mapping). */
+#define PL_OOL_THRESHOLD_DEFAULT 0xffffffffu
 /** The smallest threshold: below a page a memfd costs more than the frames it replaces. */
 #define PL_OOL_THRESHOLD_MIN 4096u
 

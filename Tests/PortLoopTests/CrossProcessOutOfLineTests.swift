@@ -49,22 +49,23 @@ struct CrossProcessOutOfLineTests {
 
     @Test("1 MiB payloads cross as sealed memfds, mapped by the receiver")
     func megabyteOutOfLine() throws {
-        #expect(try receiveBulk(size: 1 << 20, count: 6) == [Bool](repeating: true, count: 6))
+        #expect(try receiveBulk(size: 1 << 20, count: 6, threshold: 1 << 20) == [Bool](repeating: true, count: 6))
     }
 
     @Test("a sender's MessageBuffer crosses out of line too, and the copying receive reads a mapped payload")
     func bufferAndCopyingReceive() throws {
-        _ = try receiveBulk(size: 3 << 20, count: 3, extra: ["--buffer"], copying: true)
+        _ = try receiveBulk(size: 3 << 20, count: 3, threshold: 1 << 20, extra: ["--buffer"], copying: true)
     }
 
     @Test("16 MiB crosses whole, at the port's largest size")
     func sixteenMegabytes() throws {
-        #expect(try receiveBulk(size: 16 << 20, count: 1) == [true])
+        #expect(try receiveBulk(size: 16 << 20, count: 1, threshold: 1 << 20) == [true])
     }
 
     @Test("below the threshold, or with the threshold off, payloads go in frames")
     func belowThreshold() throws {
-        #expect(try receiveBulk(size: 100_000, count: 3) == [false, false, false])
+        #expect(try receiveBulk(size: 100_000, count: 3, threshold: 1 << 20) == [false, false, false])
+        #expect(try receiveBulk(size: 1 << 20, count: 2) == [false, false]) // by default, never out of line
         #expect(try receiveBulk(size: 1 << 20, count: 2, threshold: Int.max) == [false, false])
         #expect(try receiveBulk(size: 8192, count: 2, threshold: 4096) == [true, true])
         #expect(try receiveBulk(size: 65536, count: 6, threshold: 65536) == [Bool](repeating: true, count: 6))
@@ -87,7 +88,7 @@ struct CrossProcessOutOfLineTests {
 
     @Test("a sender that cannot write a memfd (EFBIG) sends 1 MiB in frames, and everything arrives")
     func memfdCannotBeWritten() throws {
-        let mapped = try receiveBulk(size: 1 << 20, count: 3, extra: ["--limit-file-size"])
+        let mapped = try receiveBulk(size: 1 << 20, count: 3, threshold: 1 << 20, extra: ["--limit-file-size"])
         #expect(mapped == [false, false, false])
     }
 

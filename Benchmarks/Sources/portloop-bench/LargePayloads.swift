@@ -28,7 +28,7 @@ let largePayloadsScenario = Scenario(
     summary: "GB/s for 64 KiB … 16 MiB: in-process copy vs handed-over buffers; across processes memfd vs frames vs C socket copy"
 ) { settings in
     // About 512 MiB per run and size (64 MiB with --quick).
-    // 256 KiB too: frames still win there; from 1 MiB a memfd does (hence the default threshold).
+    // 256 KiB too, between the frame size and the MiB sizes.
     let sizes = [64 << 10, 256 << 10, 1 << 20, 16 << 20]
     let bytesPerRun = settings.quick ? 64 << 20 : 512 << 20
     primeCrossProcess()

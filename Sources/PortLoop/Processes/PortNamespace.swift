@@ -31,11 +31,13 @@ public struct PortNamespace: Sendable, Hashable, CustomStringConvertible {
 
     /// The payload size from which a message to another process travels out of line: written once into a
     /// sealed memfd that the receiver maps, rather than copied through the socket in 64 KiB frames (Mach's
-    /// out-of-line memory, which MIG uses for large arrays). Process-wide; 1 MiB by default (where a memfd
-    /// begins to beat frames in the `large-payloads` benchmark), at least 4 KiB; `Int.max` sends everything in
-    /// frames. Processes of an earlier PortLoop always get frames.
+    /// out-of-line memory, which MIG uses for large arrays). Process-wide; at least 4 KiB; `Int.max` (or any
+    /// value from 4 GiB), the default, sends everything in frames: in the `large-payloads` benchmark a fresh memfd per message was slower than
+    /// frames at every size from 64 KiB to 16 MiB. Set it where a large payload should not hold up the
+    /// connection's other messages while its frames go, or where the receiver keeps the mapping
+    /// (``PortReceiveRight/receiveBuffer(timeout:)``). Processes of an earlier PortLoop always get frames.
     public static var outOfLineThreshold: Int {
-        get { Int(pl_out_of_line_threshold()) }
+        get { pl_out_of_line_threshold() == UInt32.max ? Int.max : Int(pl_out_of_line_threshold()) }
         set { pl_set_out_of_line_threshold(UInt32(clamping: newValue)) }
     }
 
