@@ -13,7 +13,8 @@ final class TemporaryNamespace: @unchecked Sendable {
         var template = Array("/tmp/portloop-test-XXXXXX".utf8CString)
         let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
         precondition(made != nil, "mkdtemp failed")
-        namespace = PortNamespace(path: String(cString: template))
+        namespace = PortNamespace(path: String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) },
+                                               as: UTF8.self))
     }
 
     deinit { try? FileManager.default.removeItem(atPath: path) }
