@@ -70,6 +70,17 @@ SANITIZE        = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sani
 
 all: build
 
+# $(call apt_install,TARGET,PACKAGES): one shell command that installs Debian packages with apt-get, through sudo
+# when not root; without either it fails with a line saying what to install.
+define apt_install
+echo "$(1): installing $(2)"; \
+if [ "$$(id -u)" -eq 0 ]; then SUDO=""; \
+elif command -v sudo >/dev/null 2>&1; then SUDO="sudo"; \
+else echo "$(1): not root and no sudo: install $(2) yourself" >&2; exit 1; fi; \
+$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
+$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(2)
+endef
+
 # Quiet and idempotent when libevent, pkg-config and systemd-socket-activate are already there.
 deps:
 	@packages=""; \
@@ -78,12 +89,7 @@ deps:
 	fi; \
 	if ! command -v systemd-socket-activate >/dev/null 2>&1; then packages="$$packages systemd"; fi; \
 	if [ -z "$$packages" ]; then exit 0; fi; \
-	echo "deps: installing$$packages"; \
-	if [ "$$(id -u)" -eq 0 ]; then SUDO=""; \
-	elif command -v sudo >/dev/null 2>&1; then SUDO="sudo"; \
-	else echo "deps: not root and no sudo: install$$packages yourself" >&2; exit 1; fi; \
-	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
-	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$packages; \
+	$(call apt_install,deps,$$packages); \
 	pkg-config --exists libevent_core libevent_pthreads; \
 	command -v systemd-socket-activate >/dev/null
 
@@ -185,12 +191,7 @@ stress-valgrind: deps
 # The benchmarks' gRPC peer (grpc-swift-nio-transport) links zlib: install zlib1g-dev when its header is missing.
 bench-deps:
 	@if [ -f /usr/include/zlib.h ]; then exit 0; fi; \
-	echo "bench-deps: installing zlib1g-dev"; \
-	if [ "$$(id -u)" -eq 0 ]; then SUDO=""; \
-	elif command -v sudo >/dev/null 2>&1; then SUDO="sudo"; \
-	else echo "bench-deps: not root and no sudo: install zlib1g-dev yourself" >&2; exit 1; fi; \
-	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
-	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zlib1g-dev
+	$(call apt_install,bench-deps,zlib1g-dev)
 
 # SwiftPM plans a path dependency's sources only when the root package changed, so a file added to PortLoop
 # would stay unbuilt here ("cannot find ... in scope"): drop the plan, never the build products, every time.
@@ -207,12 +208,7 @@ bench-quick: bench-build
 # The charts are drawn by gnuplot (Debian's gnuplot-nox); the script that feeds it needs only python3.
 bench-plot-deps:
 	@if command -v gnuplot >/dev/null 2>&1; then exit 0; fi; \
-	echo "bench-plot-deps: installing gnuplot-nox"; \
-	if [ "$$(id -u)" -eq 0 ]; then SUDO=""; \
-	elif command -v sudo >/dev/null 2>&1; then SUDO="sudo"; \
-	else echo "bench-plot-deps: not root and no sudo: install gnuplot-nox yourself" >&2; exit 1; fi; \
-	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
-	$$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gnuplot-nox
+	$(call apt_install,bench-plot-deps,gnuplot-nox)
 
 bench-plots: bench-build bench-plot-deps
 	mkdir -p $(PLOTS_DIR)

@@ -168,18 +168,19 @@ void pl_set_stream_packing(int on) { atomic_store_explicit(&pl_stream_packing_on
 pl_status_t pl_conn_put_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size_t length, const int *fds,
                                      uint32_t fd_count) {
     if (conn->fd < 0) return PL_ERR_INVALID_DEST;
-    int64_t start = pl_now_ns();
-    if (start - conn->last_put_end < PL_CONN_CORK_NS) {
+    /* The streak of quick puts is kept only while packing is on: off (the default), a put reads no clock. */
+    bool packing = atomic_load_explicit(&pl_stream_packing_on, memory_order_relaxed);
+    int64_t start = packing ? pl_now_ns() : 0;
+    if (packing && start - conn->last_put_end < PL_CONN_CORK_NS) {
         if (conn->streak < PL_CONN_STREAK) conn->streak++;
     } else {
         conn->streak = 0;
     }
-    bool streaming = conn->streak == PL_CONN_STREAK && fd_count == 0 &&
-                     atomic_load_explicit(&pl_stream_packing_on, memory_order_relaxed) &&
+    bool streaming = packing && conn->streak == PL_CONN_STREAK && fd_count == 0 &&
                      atomic_load_explicit(&conn->packs, memory_order_acquire);
     if (conn->out_head == NULL && !streaming) {
         int sent = pl_conn_sendmsg(conn->fd, bytes, length, fds, fd_count);
-        conn->last_put_end = pl_now_ns();
+        if (packing) conn->last_put_end = pl_now_ns();
         if (sent > 0) return PL_OK;
         if (sent < 0) {
             /* The peer is gone. What it sent before going is still to be read (a refusal, its last messages):

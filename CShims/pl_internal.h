@@ -168,6 +168,7 @@ struct pl_port_set {
     pl_feeder_t *feeders;
     uint32_t feeder_count;
     bool pumping;             /* the leader is reading a feeder: what it delivers needs no wake-up */
+    atomic_uint ready_marks;  /* bumped when a port joins the ready FIFO; read without the lock by spinners */
 };
 
 /* ---- feeders (pl_feeder.c) ---- */

@@ -112,6 +112,7 @@ pl_status_t pl_port_set_destroy(pl_port_set_t *set) {
 
 static void pl_ready_push(pl_port_set_t *set, pl_membership_t *m, bool at_head) {
     m->in_ready = true;
+    atomic_fetch_add_explicit(&set->ready_marks, 1, memory_order_release);
     if (at_head) {
         m->prev_ready = NULL;
         m->next_ready = set->ready_head;
@@ -369,6 +370,10 @@ uint32_t pl_port_set_member_count(pl_port_set_t *set) {
     return n;
 }
 
+uint32_t pl_port_set_ready_marks(pl_port_set_t *set) {
+    return atomic_load_explicit(&set->ready_marks, memory_order_acquire);
+}
+
 void pl_port_set_wake_stats(pl_port_set_t *set, uint64_t *out_sleeps, uint64_t *out_wakes) {
     if (set == NULL) return;
     pthread_mutex_lock(&set->lock);
@@ -543,8 +548,9 @@ next_ready_port:
     return taken > 0 ? PL_OK : PL_ERR_TIMED_OUT;
 }
 
-pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *buffer, size_t capacity,
-                                int64_t timeout_ns) {
+/* A receive; `look` false (with timeout 0 only) skips the one look at the descriptors that a poll makes. */
+static pl_status_t pl_port_set_receive_looking(pl_port_set_t *set, pl_received_t *out, void *buffer,
+                                               size_t capacity, int64_t timeout_ns, bool look) {
     if (set == NULL || out == NULL || !pl_timeout_valid(timeout_ns)) return PL_ERR_INVALID_ARG;
     if (capacity > 0 && buffer == NULL) return PL_ERR_INVALID_ARG;
     memset(out, 0, sizeof *out);
@@ -593,7 +599,7 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
         if (timeout_ns == 0 || now >= deadline) {
             /* A poll, or a deadline that passed before this receive slept in the poller (1 ns, or a thread
              * preempted): look at the descriptors once, as a leader's sleep would have. */
-            if (!polled_once && !was_leader && set->fd_count > 0 && !set->polling) {
+            if (look && !polled_once && !was_leader && set->fd_count > 0 && !set->polling) {
                 polled_once = true;
                 set->polling = true;
                 pthread_mutex_unlock(&set->lock);
@@ -631,4 +637,13 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
     pthread_mutex_unlock(&set->lock);
     if (hand_over) pthread_cond_signal(&set->followers);
     return status;
+}
+
+pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *buffer, size_t capacity,
+                                int64_t timeout_ns) {
+    return pl_port_set_receive_looking(set, out, buffer, capacity, timeout_ns, true);
+}
+
+pl_status_t pl_port_set_receive_queued(pl_port_set_t *set, pl_received_t *out, void *buffer, size_t capacity) {
+    return pl_port_set_receive_looking(set, out, buffer, capacity, 0, false);
 }

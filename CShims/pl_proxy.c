@@ -89,7 +89,7 @@ static void pl_proxy_unlink_locked(pl_conn_t *conn, pl_port_t *port) {
 
 static atomic_uint pl_idle_total;
 
-uint32_t pl_proxy_idle_total(void) { return atomic_load_explicit(&pl_idle_total, memory_order_relaxed); }
+uint32_t pl_proxy_idle_total(void) { return atomic_load_explicit(&pl_idle_total, memory_order_seq_cst); }
 
 /* Takes a proxy off its connection's idle list (the connection's lock held). */
 static void pl_proxy_unidle_locked(pl_conn_t *conn, pl_port_t *port) {
@@ -164,7 +164,8 @@ void pl_proxy_unused(pl_port_t *port) {
         if (conn->idle_tail != NULL) conn->idle_tail->proxy->next_idle = port; else conn->idle_head = port;
         conn->idle_tail = port;
         conn->idle_count++;
-        first_idle = atomic_fetch_add_explicit(&pl_idle_total, 1, memory_order_relaxed) == 0;
+        atomic_fetch_add_explicit(&pl_idle_total, 1, memory_order_seq_cst);
+        first_idle = true;
         if (conn->idle_count > PL_IDLE_PROXIES_MAX) {
             oldest = conn->idle_head;
             pl_port_retain_internal(oldest);
@@ -173,7 +174,7 @@ void pl_proxy_unused(pl_port_t *port) {
     pthread_mutex_unlock(&conn->lock);
     /* A transport that had no idle proxy sleeps without a timeout: wake it, so that it sweeps this one in time
      * (a client that looked a service up once and dropped the right would otherwise hold its credit for ever). */
-    if (first_idle) pl_transport_flush_owed(conn);
+    if (first_idle) pl_transport_sweep_soon(conn);
     if (oldest != NULL) {
         pl_proxy_release_now(oldest);
         pl_port_release_internal(oldest);

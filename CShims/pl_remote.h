@@ -326,6 +326,7 @@ void pl_transport_reclaim(pl_port_t *port);           /* send RECLAIMs for this 
 void pl_transport_port_destroyed(pl_port_t *port);    /* tell holders, withdraw its service */
 void pl_transport_kill(pl_conn_t *conn, const char *why); /* end a connection (a write failed) */
 void pl_transport_drop_export(pl_conn_t *conn, uint32_t handle); /* drop an export left with no transfer */
+void pl_transport_sweep_soon(pl_conn_t *conn);         /* a proxy went idle: sweep it in time */
 void pl_transport_read(pl_conn_t *conn);               /* read on where a feeder's reader stopped */
 void pl_transport_rewatch(pl_conn_t *conn);            /* queue the transport's watch behind the sets' */
 

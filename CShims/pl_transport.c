@@ -194,6 +194,26 @@ void pl_transport_drop_export(pl_conn_t *conn, uint32_t handle) {
     pl_post_handle(PL_CMD_DROP_EXPORT, conn, NULL, NULL, handle);
 }
 void pl_transport_read(pl_conn_t *conn) { pl_post(PL_CMD_READ, conn, NULL, NULL); }
+
+/* Set while the transport wakes at least once a second to sweep idle proxies. A proxy that goes idle wakes the
+ * transport only when it is not set: a reply port's proxy goes idle after every reply, and a wake-up per round
+ * trip would cost a context switch each. The transport lets it go only when a timed-out wait finds no idle proxy
+ * (pl_sweep_timeout); both sides use sequentially consistent order, so one of them always sees the other. */
+static atomic_bool pl_sweep_armed;
+
+void pl_transport_sweep_soon(pl_conn_t *conn) {
+    if (!atomic_load_explicit(&pl_sweep_armed, memory_order_seq_cst)) pl_post(PL_CMD_FLUSH_OWED, conn, NULL, NULL);
+}
+
+/* The next wait's timeout for sweeping idle proxies: 1 s while armed, else none (-1). */
+static int pl_sweep_timeout(bool timed_out) {
+    bool armed = atomic_load_explicit(&pl_sweep_armed, memory_order_relaxed);
+    if (armed && !timed_out) return 1000;
+    if (armed) atomic_store_explicit(&pl_sweep_armed, false, memory_order_seq_cst);
+    if (pl_proxy_idle_total() == 0) return -1;
+    atomic_store_explicit(&pl_sweep_armed, true, memory_order_seq_cst);
+    return 1000;
+}
 void pl_transport_kill(pl_conn_t *conn, const char *why) { pl_post(PL_CMD_KILL, conn, NULL, why); }
 void pl_transport_port_destroyed(pl_port_t *port) { pl_post(PL_CMD_WITHDRAW, NULL, port, NULL); }
 void pl_transport_reclaim(pl_port_t *port) { pl_remote_reclaim(port); }
@@ -472,9 +492,12 @@ static void *pl_transport_main(void *unused) {
     pl_thread_set_name("portloop-ipc");
     uint8_t *buffer = pl_thread_frame_buffer();
     struct epoll_event events[64];
+    bool timed_out = false;
     for (;;) {
-        int timeout = buffer == NULL || pl_paused_count > 0 ? 100 : (pl_proxy_idle_total() > 0 ? 1000 : -1);
+        int sweep = pl_sweep_timeout(timed_out);
+        int timeout = buffer == NULL || pl_paused_count > 0 ? 100 : sweep;
         int n = epoll_wait(T.epoll_fd, events, 64, timeout);
+        timed_out = n == 0;
         pl_resume_listeners();
         pl_sweep_idle_proxies();
         if (buffer == NULL) { buffer = pl_thread_frame_buffer(); continue; }

@@ -538,6 +538,14 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
                                 int64_t timeout_ns);
 
 /**
+ * pl_port_set_receive with timeout 0, less the poll's look at the set's descriptors (no Mach equivalent): takes
+ * a message already queued on a member port, or a descriptor already found readable, with no system call;
+ * PL_ERR_TIMED_OUT when there is none. A run loop drains a wake-up's messages with it: what its descriptors
+ * (a connection's socket among them) hold, its next sleep finds at once.
+ */
+pl_status_t pl_port_set_receive_queued(pl_port_set_t *set, pl_received_t *out, void *buffer, size_t capacity);
+
+/**
  * Takes, without waiting, up to max messages already queued on the set's next ready port (no Mach
  * equivalent: a batch of mach_msg receives). Their payloads are packed into buffer, each at outs[i].offset
  * (8-byte aligned). One lock round on the set and one on the port serve the whole batch, where a receive per
@@ -548,6 +556,11 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
  */
 pl_status_t pl_port_set_receive_batch(pl_port_set_t *set, pl_received_t *outs, uint32_t max, void *buffer,
                                       size_t capacity, uint32_t *count);
+
+/** A count that changes whenever one of the set's ports joins its ready ports (no Mach equivalent). A receiver
+ *  that polls in a loop reads it, without the set's lock, and receives only when it changed: its polling then
+ *  leaves the lock's cache line to the senders. */
+uint32_t pl_port_set_ready_marks(pl_port_set_t *set);
 
 /** How many times receivers on this set have gone to sleep and how many wake-ups senders have made (eventfd
  *  writes to a receiver in the base, signals to one waiting on the set's condition variable), since creation.

@@ -1003,6 +1003,55 @@ static void scenario_expired_timeout_looks(void) {
     }
 }
 
+/* ---- queued_only --------------------------------------------------------------------------------------- */
+/* pl_port_set_receive_queued takes what is queued and never looks at the descriptors (a run loop drains with it);
+ * pl_port_set_ready_marks changes when a port becomes ready, and only then (a spinning loop reads it). */
+
+static void scenario_queued_only(void) {
+    pl_port_set_t *set = new_set();
+    pl_port_t *port = new_port(4);
+    CHECK_OK(pl_port_make_send(port));
+    CHECK_OK(pl_port_set_insert(set, port));
+    int fd = eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC); /* readable from the start */
+    CHECK(fd >= 0);
+    CHECK_OK(pl_port_set_insert_fd(set, fd));
+    unsigned char buffer[4096];
+    pl_received_t header;
+    CHECK_STATUS(pl_port_set_receive_queued(NULL, &header, buffer, sizeof buffer), PL_ERR_INVALID_ARG);
+    CHECK_STATUS(pl_port_set_receive_queued(set, NULL, buffer, sizeof buffer), PL_ERR_INVALID_ARG);
+    CHECK_STATUS(pl_port_set_receive_queued(set, &header, NULL, 8), PL_ERR_INVALID_ARG);
+
+    /* Nothing queued: no message, and the readable descriptor is not looked at... */
+    uint32_t marks = pl_port_set_ready_marks(set);
+    CHECK_STATUS(pl_port_set_receive_queued(set, &header, buffer, sizeof buffer), PL_ERR_TIMED_OUT);
+    CHECK(pl_port_set_ready_marks(set) == marks);
+    /* ...while a poll finds it. */
+    CHECK_OK(pl_port_set_receive(set, &header, buffer, sizeof buffer, 0));
+    CHECK(header.kind == PL_RECEIVED_FD && header.fd == fd);
+
+    /* A message marks the set and is taken, in order with the next. */
+    CHECK_OK(send_msg(port, 41, NULL, 0));
+    uint32_t after_first = pl_port_set_ready_marks(set);
+    CHECK(after_first != marks);
+    CHECK_OK(send_msg(port, 42, NULL, 0)); /* the port is ready already: no new mark */
+    CHECK(pl_port_set_ready_marks(set) == after_first);
+    CHECK_OK(pl_port_set_receive_queued(set, &header, buffer, sizeof buffer));
+    CHECK(header.kind == PL_RECEIVED_MESSAGE && header.id == 41);
+    CHECK_OK(pl_port_set_receive_queued(set, &header, buffer, sizeof buffer));
+    CHECK(header.kind == PL_RECEIVED_MESSAGE && header.id == 42);
+    CHECK_STATUS(pl_port_set_receive_queued(set, &header, buffer, sizeof buffer), PL_ERR_TIMED_OUT);
+    CHECK_OK(send_msg(port, 43, NULL, 0)); /* ready again: marked again */
+    CHECK(pl_port_set_ready_marks(set) != after_first);
+    CHECK_OK(pl_port_set_receive_queued(set, &header, buffer, sizeof buffer));
+    CHECK(header.id == 43);
+
+    CHECK_OK(pl_port_set_destroy(set));
+    pl_port_set_release(set);
+    CHECK_OK(pl_port_release_send(port));
+    CHECK_OK(pl_port_destroy(port));
+    close(fd);
+}
+
 /* ---- misuse ---------------------------------------------------------------------------------------------- */
 /* Misuse that the header promises to refuse: a send right released once too often is refused without
  * touching the receive right's reference; a NULL thread name is EINVAL. */
@@ -1608,6 +1657,7 @@ int main(int argc, char **argv) {
         { "woken_set_sleeps_again", scenario_woken_set_sleeps_again },
         { "emptied_ports", scenario_emptied_ports },
         { "expired_timeout_looks", scenario_expired_timeout_looks },
+        { "queued_only", scenario_queued_only },
         { "misuse", scenario_misuse },
         { "requeue_race", scenario_requeue_race },
         { "descriptors", scenario_descriptors },

@@ -51,7 +51,9 @@ extension PortRunLoop {
                                           UInt32(min(remaining, messages.headers.count)),
                                           messages.payloads.baseAddress, messages.payloads.count, &count)
             if count == 0 {
-                guard receive(on: state, header: &header, timeout: 0) == PL_OK else { break }
+                // What only a look at the descriptors would find, the next sleep finds at once: a system call
+                // here would be spent for nothing on every wake-up with one message.
+                guard receive(on: state, header: &header, timeout: 0, queuedOnly: true) == PL_OK else { break }
                 switch handle(state, header, payload: receiveBuffer.baseAddress, following: true) {
                 case let .done(performed): handled = performed || handled
                 case let .putBack(source):

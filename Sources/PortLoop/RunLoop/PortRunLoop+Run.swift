@@ -170,24 +170,51 @@ extension PortRunLoop {
             if left <= Self.imminentTimerSpin { spin = max(spin, left) }
         }
         guard spin > 0 else { return PL_ERR_TIMED_OUT }
-        let spinUntil = min(until, (timerDue ? now : monotonicNanoseconds()).addingClamped(spin))
-        repeat {
-            let status = receive(on: state, header: &header, timeout: 0)
-            if status != PL_ERR_TIMED_OUT { return status }
-        } while monotonicNanoseconds() < spinUntil
-        return PL_ERR_TIMED_OUT
+        if !timerDue { now = monotonicNanoseconds() }
+        let spinUntil = min(until, now.addingClamped(spin))
+        // Between full polls (which look at the descriptors too, a system call when there are any), the spin
+        // reads the set's ready marks, with no lock, and receives only when a port became ready.
+        let set = state.portSet.set
+        var marks = pl_port_set_ready_marks(set)
+        var nextFullPoll = now
+        var turns = 0
+        while true {
+            if now >= nextFullPoll {
+                let status = receive(on: state, header: &header, timeout: 0)
+                if status != PL_ERR_TIMED_OUT { return status }
+                nextFullPoll = now.addingClamped(Self.spinFullPollInterval)
+            }
+            let current = pl_port_set_ready_marks(set)
+            if current != marks {
+                marks = current
+                let status = receive(on: state, header: &header, timeout: 0, queuedOnly: true)
+                if status != PL_ERR_TIMED_OUT { return status }
+            }
+            turns &+= 1
+            if turns & 15 == 0 {
+                now = monotonicNanoseconds()
+                if now >= spinUntil { return PL_ERR_TIMED_OUT }
+            }
+        }
     }
 
+    /// How often a spinning loop makes a full poll of its port set, descriptors included.
+    static let spinFullPollInterval: Int64 = 20_000
+
     /// One receive into the loop's buffer, growing it for a larger message (which stays queued meanwhile).
-    func receive(on state: LoopMode, header: inout pl_received_t, timeout: Int64) -> pl_status_t {
-        var status = pl_port_set_receive(state.portSet.set, &header, receiveBuffer.baseAddress,
-                                         receiveBuffer.count, timeout)
+    /// With `queuedOnly`, a receive without waiting that takes only what is queued already
+    /// (`pl_port_set_receive_queued`): no system call to look at the descriptors.
+    func receive(on state: LoopMode, header: inout pl_received_t, timeout: Int64,
+                 queuedOnly: Bool = false) -> pl_status_t {
+        let set = state.portSet.set
+        var status = queuedOnly
+            ? pl_port_set_receive_queued(set, &header, receiveBuffer.baseAddress, receiveBuffer.count)
+            : pl_port_set_receive(set, &header, receiveBuffer.baseAddress, receiveBuffer.count, timeout)
         while status == PL_ERR_TOO_LARGE {
             let needed = Int(header.size)
             receiveBuffer.deallocate()
             receiveBuffer = .allocate(byteCount: max(needed, receiveBuffer.count * 2), alignment: 16)
-            status = pl_port_set_receive(state.portSet.set, &header, receiveBuffer.baseAddress,
-                                         receiveBuffer.count, 0)
+            status = pl_port_set_receive_queued(set, &header, receiveBuffer.baseAddress, receiveBuffer.count)
         }
         return status
     }
