@@ -57,13 +57,15 @@ void pl_conn_release(pl_conn_t *conn) {
 
 /* One sendmsg of a whole frame, descriptors beside it. 1: sent; 0: the socket is full; -1: the connection is
  * broken (errno set). */
-static int pl_conn_sendmsg(int fd, const uint8_t *bytes, size_t length, const int *fds, uint32_t fd_count) {
-    struct iovec iov = { .iov_base = (void *)bytes, .iov_len = length };
+static int pl_conn_sendmsg(int fd, const uint8_t *head, size_t head_length, const uint8_t *body, size_t body_length,
+                           const int *fds, uint32_t fd_count) {
+    struct iovec iov[2] = { { .iov_base = (void *)head, .iov_len = head_length },
+                            { .iov_base = (void *)body, .iov_len = body_length } };
     union {
         char buffer[CMSG_SPACE(sizeof(int) * PL_WIRE_MAX_ATTACHMENTS)];
         struct cmsghdr align;
     } control;
-    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+    struct msghdr msg = { .msg_iov = iov, .msg_iovlen = body_length > 0 ? 2 : 1 };
     if (fd_count > 0) {
         memset(control.buffer, 0, sizeof control.buffer);
         msg.msg_control = control.buffer;
@@ -91,13 +93,15 @@ static int pl_conn_sendmsg(int fd, const uint8_t *bytes, size_t length, const in
 /* Appends a copy of a frame to the outgoing queue (write_lock held); the descriptors are duplicated, since the
  * caller's go back to it. out_bytes counts what the queue allocated, so packing never lets it hold more memory
  * than its limits say. false: out of memory or descriptors. */
-static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size_t length, const int *fds,
-                                       uint32_t fd_count) {
+static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *head, size_t head_length,
+                                       const uint8_t *body, size_t body_length, const int *fds, uint32_t fd_count) {
     bool packs = fd_count == 0 && atomic_load_explicit(&conn->packs, memory_order_acquire);
-    size_t control = bytes[0] != PL_FRAME_MESSAGE ? length : 0;
+    size_t length = head_length + body_length;
+    size_t control = head[0] != PL_FRAME_MESSAGE ? length : 0;
     pl_out_frame_t *tail = conn->out_tail;
     if (packs && tail != NULL && tail->fd_count == 0 && tail->capacity - tail->length >= length) {
-        memcpy(tail->bytes + tail->length, bytes, length);
+        memcpy(tail->bytes + tail->length, head, head_length);
+        if (body_length > 0) memcpy(tail->bytes + tail->length + head_length, body, body_length);
         tail->length += length;
         tail->control_bytes += control;
         conn->out_control_bytes += control;
@@ -121,7 +125,8 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *bytes, si
         }
         frame->fds[frame->fd_count++] = copy;
     }
-    memcpy(frame->bytes, bytes, length);
+    memcpy(frame->bytes, head, head_length);
+    if (body_length > 0) memcpy(frame->bytes + head_length, body, body_length);
     if (conn->out_tail != NULL) conn->out_tail->next = frame; else conn->out_head = frame;
     conn->out_tail = frame;
     conn->out_bytes += capacity;
@@ -136,7 +141,7 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *bytes, si
 static bool pl_conn_send_queued_locked(pl_conn_t *conn, bool keep_tail, bool *gone) {
     while (conn->out_head != NULL && conn->fd >= 0 && !(keep_tail && conn->out_head == conn->out_tail)) {
         pl_out_frame_t *frame = conn->out_head;
-        int sent = pl_conn_sendmsg(conn->fd, frame->bytes, frame->length, frame->fds, frame->fd_count);
+        int sent = pl_conn_sendmsg(conn->fd, frame->bytes, frame->length, NULL, 0, frame->fds, frame->fd_count);
         if (sent == 0) break;
         if (sent < 0) {
             *gone = errno == EPIPE || errno == ECONNRESET;
@@ -167,6 +172,12 @@ void pl_set_stream_packing(int on) { atomic_store_explicit(&pl_stream_packing_on
 
 pl_status_t pl_conn_put_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size_t length, const int *fds,
                                      uint32_t fd_count) {
+    return pl_conn_put_frame_parts_locked(conn, bytes, length, NULL, 0, fds, fd_count);
+}
+
+pl_status_t pl_conn_put_frame_parts_locked(pl_conn_t *conn, const uint8_t *head, size_t head_length,
+                                           const uint8_t *body, size_t body_length, const int *fds,
+                                           uint32_t fd_count) {
     if (conn->fd < 0) return PL_ERR_INVALID_DEST;
     /* The streak of quick puts is kept only while packing is on: off (the default), a put reads no clock. */
     bool packing = atomic_load_explicit(&pl_stream_packing_on, memory_order_relaxed);
@@ -179,7 +190,7 @@ pl_status_t pl_conn_put_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size
     bool streaming = packing && conn->streak == PL_CONN_STREAK && fd_count == 0 &&
                      atomic_load_explicit(&conn->packs, memory_order_acquire);
     if (conn->out_head == NULL && !streaming) {
-        int sent = pl_conn_sendmsg(conn->fd, bytes, length, fds, fd_count);
+        int sent = pl_conn_sendmsg(conn->fd, head, head_length, body, body_length, fds, fd_count);
         if (packing) conn->last_put_end = pl_now_ns();
         if (sent > 0) return PL_OK;
         if (sent < 0) {
@@ -189,7 +200,7 @@ pl_status_t pl_conn_put_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size
             return PL_ERR_INVALID_DEST;
         }
     }
-    if (!pl_conn_queue_frame_locked(conn, bytes, length, fds, fd_count)) {
+    if (!pl_conn_queue_frame_locked(conn, head, head_length, body, body_length, fds, fd_count)) {
         pl_transport_kill(conn, "no memory or descriptors for the outgoing queue");
         return PL_ERR_INVALID_DEST;
     }

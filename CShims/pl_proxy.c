@@ -352,25 +352,6 @@ static bool pl_proxy_unsend_once(pl_conn_t *conn, uint32_t handle) {
     return counted;
 }
 
-/* A frame-sized buffer per sending thread, made at its first message over a few KiB and kept until it ends:
- * a stream of such messages allocates nothing per message. */
-static pthread_key_t pl_send_buffer_key;
-static pthread_once_t pl_send_buffer_once = PTHREAD_ONCE_INIT;
-static void pl_send_buffer_key_make(void) { pthread_key_create(&pl_send_buffer_key, free); }
-
-static uint8_t *pl_thread_send_buffer(void) {
-    pthread_once(&pl_send_buffer_once, pl_send_buffer_key_make);
-    uint8_t *buffer = pthread_getspecific(pl_send_buffer_key);
-    if (buffer == NULL) {
-        buffer = malloc(PL_WIRE_MAX_FRAME);
-        if (buffer != NULL && pthread_setspecific(pl_send_buffer_key, buffer) != 0) {
-            free(buffer);
-            buffer = NULL;
-        }
-    }
-    return buffer;
-}
-
 /* Writes one message (its credit taken, unless `once`: a message through a send-once right). */
 static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
                                   pl_reply_mode_t mode, bool *reply_taken, const pl_attachment_t *attachments,
@@ -399,14 +380,9 @@ static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *paylo
                                               pl_wire_next_fragment_room());
     size_t head_size = PL_WIRE_MESSAGE_FIXED + PL_WIRE_RIGHT_SIZE * (1 + (size_t)attachment_count);
     size_t need = (ool ? 0 : size) + (size_t)fragments * head_size;
-    /* Small messages are built on the stack; a larger one in the thread's frame-sized buffer. */
-    uint8_t small[4096];
-    uint8_t *frame = need <= sizeof small ? small : pl_thread_send_buffer();
-    if (frame == NULL) {
-        if (ool) close(ool_fd);
-        if (!once) pl_proxy_give_back_credit(port);
-        return PL_ERR_NO_MEMORY;
-    }
+    /* Each frame's head is built here; its payload bytes are written from the caller's memory (sendmsg's second
+     * part), never copied unless the frame has to wait in the outgoing queue. */
+    uint8_t frame[PL_WIRE_MESSAGE_FIXED + PL_WIRE_RIGHT_SIZE * (1 + PL_WIRE_MAX_ATTACHMENTS)];
     pthread_mutex_lock(&conn->write_lock);
     /* A message through a send-once right never waits: like a control frame, it is bounded by the rights. */
     while (!once && conn->fd >= 0 && conn->out_head != NULL && conn->out_bytes + need > PL_CONN_OUTGOING_LIMIT) {
@@ -484,8 +460,8 @@ static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *paylo
             message.offset = offset;
             uint8_t flags = (uint8_t)((more ? PL_FRAME_MORE : 0) | (once && offset == 0 ? PL_FRAME_ONCE : 0));
             size_t head = pl_wire_encode_message_head(frame, flags, &message, encoded.rights, chunk);
-            if (chunk > 0) memcpy(frame + head, bytes + offset, chunk);
-            status = pl_conn_put_frame_locked(conn, frame, head + chunk, encoded.fds, message.fd_count);
+            status = pl_conn_put_frame_parts_locked(conn, frame, head, bytes + offset, chunk, encoded.fds,
+                                                    message.fd_count);
             /* Later fragments carry bytes only. */
             message.attachment_count = message.fd_count = 0;
             message.reply = (pl_wire_right_t){ 0 };

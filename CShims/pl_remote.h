@@ -211,6 +211,11 @@ void pl_conn_release(pl_conn_t *conn);         /* the last frees memory only: te
 /* Writes one whole frame now or queues it (write_lock held). PL_ERR_INVALID_DEST: the connection is broken. */
 pl_status_t pl_conn_put_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size_t length, const int *fds,
                                      uint32_t fd_count);
+/* The same for a frame in two parts, its head and its payload bytes, written with one sendmsg (no copy of the
+ * payload unless the frame has to wait in the outgoing queue). */
+pl_status_t pl_conn_put_frame_parts_locked(pl_conn_t *conn, const uint8_t *head, size_t head_length,
+                                           const uint8_t *body, size_t body_length, const int *fds,
+                                           uint32_t fd_count);
 /* Sends what waits in the outgoing queue, waiting for room until `deadline` (exit() does, see pl_transport.c). */
 void pl_conn_flush_before_exit(pl_conn_t *conn, int64_t deadline);
 /* Writes a control frame (any thread holding no lock of the connection or of a port). */
