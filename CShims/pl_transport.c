@@ -328,10 +328,7 @@ static void pl_transport_end(pl_conn_t *conn, const char *why) {
     pl_conn_t **link = &T.conns;
     while (*link != NULL && *link != conn) link = &(*link)->next;
     bool found = *link != NULL;
-    if (found) {
-        *link = conn->next;
-        T.connection_count--;
-    }
+    if (found) *link = conn->next;
     pthread_mutex_unlock(&T.lock);
     if (!found) return; /* ended already */
     pthread_mutex_lock(&conn->read_lock); /* a set's receiver reading it finishes first */
@@ -342,6 +339,10 @@ static void pl_transport_end(pl_conn_t *conn, const char *why) {
     if (conn->service != NULL) conn->service->connections--;
     pl_conn_teardown(conn, why);
     pthread_mutex_unlock(&conn->read_lock);
+    /* Counted gone only now that its rights are released: statistics that say no connection say no right. */
+    pthread_mutex_lock(&T.lock);
+    T.connection_count--;
+    pthread_mutex_unlock(&T.lock);
     conn->next = pl_graveyard;
     pl_graveyard = conn;
 }
