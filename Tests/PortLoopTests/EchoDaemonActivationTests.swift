@@ -128,10 +128,15 @@ struct EchoDaemonActivationTests {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: Array(socketPath.utf8)) }
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        // The file appears at bind(), a moment before listen(): a connect in between is refused, so try again.
+        let connected = eventually(within: 30) {
+            withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+                }
+            } == 0
         }
-        #expect(connected == 0)
+        #expect(connected, "\(daemon.transcript)")
         #expect(daemon.waitForExit(seconds: 30) == 1, "\(daemon.transcript)")
         #expect(daemon.stderr.contains("could not check in streamy"), "\(daemon.stderr)")
         #expect(daemon.stderr.contains("not a listening SOCK_SEQPACKET socket"), "\(daemon.stderr)")
