@@ -153,7 +153,7 @@ void pl_proxy_unused(pl_port_t *port) {
         return;
     }
     pl_port_t *oldest = NULL;
-    bool first_idle = false;
+    bool went_idle = false;
     pthread_mutex_lock(&conn->lock);
     if (proxy->in_table && !conn->dead && !proxy->idle &&
         atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0 &&
@@ -165,16 +165,16 @@ void pl_proxy_unused(pl_port_t *port) {
         conn->idle_tail = port;
         conn->idle_count++;
         atomic_fetch_add_explicit(&pl_idle_total, 1, memory_order_seq_cst);
-        first_idle = true;
+        went_idle = true;
         if (conn->idle_count > PL_IDLE_PROXIES_MAX) {
             oldest = conn->idle_head;
             pl_port_retain_internal(oldest);
         }
     }
     pthread_mutex_unlock(&conn->lock);
-    /* A transport that had no idle proxy sleeps without a timeout: wake it, so that it sweeps this one in time
+    /* A transport not armed to sweep sleeps without a timeout: it is woken, so that it sweeps this one in time
      * (a client that looked a service up once and dropped the right would otherwise hold its credit for ever). */
-    if (first_idle) pl_transport_sweep_soon(conn);
+    if (went_idle) pl_transport_sweep_soon(conn);
     if (oldest != NULL) {
         pl_proxy_release_now(oldest);
         pl_port_release_internal(oldest);

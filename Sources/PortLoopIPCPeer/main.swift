@@ -82,8 +82,7 @@ func runCycles(_ namespace: PortNamespace, _ name: String, _ count: Int) -> Neve
     let rightsBefore = port.sendRightCount
     say("before \(resourceCounts())")
     for _ in 0..<count { cycle(namespace, name, port) }
-    // The transport counts a connection gone before it has torn it down (its rights go in the teardown): wait
-    // for the rights too, or a slow teardown (ThreadSanitizer) reads as a leak.
+    // Wait for the rights as well as the connections to go: a leak of either shows in the counts printed.
     var statistics = CrossProcessStatistics.current
     for _ in 0..<2000 where statistics.connections > 0 || statistics.importedRights > 0 ||
         statistics.exportedRights > 0 || port.sendRightCount != rightsBefore {
