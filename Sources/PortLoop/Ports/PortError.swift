@@ -164,8 +164,12 @@ extension PortError {
     }
 
     /// Throws the error for a C status, if any.
-    static func check(_ status: pl_status_t, operation: String, size: Int = 0, limit: Int = 0) throws(PortError) {
-        if let error = from(status, operation: operation, size: size, limit: limit) { throw error }
+    /// (The limit is read only for an error: a successful send makes no call for it.)
+    @inline(__always)
+    static func check(_ status: pl_status_t, operation: String, size: Int = 0,
+                      limit: @autoclosure () -> Int = 0) throws(PortError) {
+        guard status != PL_OK else { return }
+        if let error = from(status, operation: operation, size: size, limit: limit()) { throw error }
     }
 }
 

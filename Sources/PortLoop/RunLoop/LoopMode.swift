@@ -14,7 +14,12 @@ final class LoopMode {
     /// Whether `sources0` is not empty, readable without the loop's lock: a pass of a mode without version-0
     /// sources skips the lock for them.
     let hasSources0 = Atomic<Bool>(false)
-    var sources1: [PortName: RunLoopPortSource] = [:]
+    var sources1: [PortName: RunLoopPortSource] = [:] {
+        didSet { sourcesGeneration.add(1, ordering: .releasing) }
+    }
+    /// Changes whenever `sources1` does, readable without the loop's lock: a batch of messages from one port
+    /// looks its source up once, and the lookup stands while this has not changed.
+    let sourcesGeneration = Atomic<UInt64>(0)
     /// Descriptor sources by descriptor; the port set watches each descriptor once.
     var descriptorSources: [Int32: RunLoopDescriptorSource] = [:]
     var observers: [RunLoopObserver] = [] {

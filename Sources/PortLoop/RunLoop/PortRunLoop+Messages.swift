@@ -21,6 +21,14 @@ extension PortRunLoop {
         case unknown
     }
 
+    /// The source a message's port had when last looked up under the lock, and the mode's
+    /// `sourcesGeneration` then: while the generation stands, the next message from that port needs no lookup.
+    struct SourceLookup {
+        var arrival: PortName
+        var generation: UInt64
+        var source: RunLoopPortSource
+    }
+
     /// Performs the Source1 of the first message and, when batching, of up to `messageBatch - 1` more
     /// already queued. Returns whether any source was performed.
     ///
@@ -33,7 +41,8 @@ extension PortRunLoop {
     /// first so that they keep their order), and the pass ends its batching there.
     func handleMessages(_ state: LoopMode, first: pl_received_t, batch: Bool) -> Bool {
         var handled: Bool
-        switch handle(state, first, payload: receiveBuffer.baseAddress, following: false) {
+        var lookup: SourceLookup?
+        switch handle(state, first, payload: receiveBuffer.baseAddress, following: false, lookup: &lookup) {
         case let .done(performed): handled = performed
         case let .putBack(source):
             putBack(first, payload: receiveBuffer.baseAddress, to: source)
@@ -54,7 +63,7 @@ extension PortRunLoop {
                 // What only a look at the descriptors would find, the next sleep finds at once: a system call
                 // here would be spent for nothing on every wake-up with one message.
                 guard receive(on: state, header: &header, timeout: 0, queuedOnly: true) == PL_OK else { break }
-                switch handle(state, header, payload: receiveBuffer.baseAddress, following: true) {
+                switch handle(state, header, payload: receiveBuffer.baseAddress, following: true, lookup: &lookup) {
                 case let .done(performed): handled = performed || handled
                 case let .putBack(source):
                     putBack(header, payload: receiveBuffer.baseAddress, to: source)
@@ -66,7 +75,8 @@ extension PortRunLoop {
             let base = messages.payloads.baseAddress!
             for index in 0..<Int(count) {
                 let received = messages.headers[index]
-                switch handle(state, received, payload: base + Int(received.offset), following: true) {
+                switch handle(state, received, payload: base + Int(received.offset), following: true,
+                              lookup: &lookup) {
                 case let .done(performed):
                     handled = performed || handled
                 case let .putBack(source):
@@ -93,9 +103,9 @@ extension PortRunLoop {
 
     /// Handles one received message or readable descriptor, unless the message must go back to its port.
     /// `following`: the message was taken after the first of the pass, so a stop requested meanwhile puts it
-    /// back (a CF pass takes one message).
+    /// back (a CF pass takes one message). `lookup` carries the last source lookup from message to message.
     private func handle(_ state: LoopMode, _ header: pl_received_t, payload: UnsafeRawPointer?,
-                        following: Bool) -> Outcome {
+                        following: Bool, lookup: inout SourceLookup?) -> Outcome {
         guard header.kind == PL_RECEIVED_MESSAGE else {
             guard header.kind == PL_RECEIVED_FD else { return .done(false) }
             if header.fd == mainQueueHandle && state.holdsMainQueue {
@@ -104,7 +114,7 @@ extension PortRunLoop {
             return .done(performDescriptorSource(state, fileDescriptor: header.fd))
         }
         let source: RunLoopPortSource
-        switch disposition(of: header, in: state, following: following) {
+        switch disposition(of: header, in: state, following: following, lookup: &lookup) {
         case .wakeUp:
             return .done(false) // `doBlocks` clears `wakeUpQueued`
         case .unknown:
@@ -133,14 +143,27 @@ extension PortRunLoop {
         return .done(true)
     }
 
-    /// Decides a message's fate in one lock hold.
-    private func disposition(of header: pl_received_t, in state: LoopMode, following: Bool) -> Disposition {
+    /// Decides a message's fate in one lock hold, or in none when `lookup` still stands for its port and no
+    /// stop is pending.
+    private func disposition(of header: pl_received_t, in state: LoopMode, following: Bool,
+                             lookup: inout SourceLookup?) -> Disposition {
         let arrival = PortName(rawValue: header.arrival_name)
         if arrival == wakeUpPortName { return .wakeUp }
-        let (present, departed, stopping) = lock.withLock {
-            (state.sources1[arrival], state.departedSources1[arrival], stopRequested)
+        if let known = lookup, known.arrival == arrival,
+           known.generation == state.sourcesGeneration.load(ordering: .acquiring),
+           !(following && stopPending.load(ordering: .acquiring)) {
+            // The source is still the port's in this mode. Its validity needs no look either: a source
+            // invalidated on this thread (by a handler) has left the mode already, which changed the generation,
+            // and one invalidated on another thread may as well have been a moment later.
+            return .perform(known.source)
+        }
+        let (present, departed, stopping, generation) = lock.withLock {
+            let present = state.sources1[arrival]
+            return (present, present == nil ? state.departedSources1[arrival] : nil, stopRequested,
+                    state.sourcesGeneration.load(ordering: .relaxed))
         }
         if let source = present {
+            lookup = SourceLookup(arrival: arrival, generation: generation, source: source)
             // Invalidated but not yet out of the mode: its remover is about to take it out.
             return source.isValid && !(following && stopping) ? .perform(source) : .putBack(source)
         }

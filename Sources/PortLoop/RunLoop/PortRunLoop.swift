@@ -46,7 +46,11 @@ public final class PortRunLoop: @unchecked Sendable {
     var spareBlocks = Deque<PendingBlock>()
     var currentMode: LoopMode?
     var runDepth = 0
-    var stopRequested = false
+    var stopRequested = false {
+        didSet { stopPending.store(stopRequested, ordering: .releasing) }
+    }
+    /// `stopRequested`, readable without the lock: a batch of messages checks it before each message.
+    let stopPending = Atomic<Bool>(false)
     var threadExited = false
     /// The mode whose sleep is being prepared or taken, so that adding a timer to it wakes the loop.
     var sleepingMode: LoopMode?
