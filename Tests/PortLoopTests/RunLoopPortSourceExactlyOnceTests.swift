@@ -61,6 +61,45 @@ struct RunLoopPortSourceExactlyOnceTests {
         }
     }
 
+    @Test("two threads invalidating a source while its batch is in hand: nothing is handled after the handler's own invalidate returns")
+    func racingInvalidations() throws {
+        let queued: Int32 = 64
+        for round in 0..<300 {
+            let handled = Locked(Int32(0))
+            let afterReturn = Locked(0)
+            let returned = Locked(false)
+            let armed = Locked(false)
+            let holder = Locked<RunLoopPortSource?>(nil)
+            let source = try RunLoopPortSource(queueLimit: Int(queued)) { message in
+                if returned.current { afterReturn.withLock { $0 += 1 } }
+                handled.withLock { $0 += 1 }
+                if message.id == 8 {
+                    armed.withLock { $0 = true }
+                    // A head start for the other thread that varies from round to round, so that in some rounds
+                    // it has marked the source invalid, and not yet taken it out of the mode, when this call comes.
+                    for _ in 0..<(round % 30) * 4 { _ = armed.current }
+                    holder.current?.invalidate()
+                    returned.withLock { $0 = true }
+                }
+                return nil
+            }
+            holder.withLock { $0 = source }
+            let right = source.makeSendRight()
+            for id in 0..<queued { try right.send(id: id, timeout: .poll) } // one batch, queued before the run
+            let other = TestThread {
+                while !armed.current {}
+                holder.current?.invalidate()
+            }
+            let worker = TestLoopThread(setUp: { loop in try loop.add(source, mode: .default) },
+                                        body: { loop in [loop.run(mode: .default, timeout: .seconds(10))] })
+            #expect(worker.join() == [.finished], "the source left the mode, which is empty")
+            other.join()
+            #expect(afterReturn.current == 0, "round \(round): handled after invalidate() returned on the loop's thread")
+            #expect(handled.current + Int32(source.queuedMessageCount) == queued, "each message handled or still queued")
+            holder.withLock { $0 = nil }
+        }
+    }
+
     @Test("removing and re-adding a source from another thread under traffic loses and repeats nothing")
     func removeAndReAddUnderTraffic() throws {
         let total: Int32 = 20_000

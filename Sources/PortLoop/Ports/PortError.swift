@@ -164,12 +164,14 @@ extension PortError {
     }
 
     /// Throws the error for a C status, if any.
-    /// (The limit is read only for an error: a successful send makes no call for it.)
+    /// The limit is read only for ``tooLarge(size:limit:)``: a successful send makes no call for it, and a system
+    /// error's errno is read before anything else runs.
     @inline(__always)
     static func check(_ status: pl_status_t, operation: String, size: Int = 0,
                       limit: @autoclosure () -> Int = 0) throws(PortError) {
         guard status != PL_OK else { return }
-        if let error = from(status, operation: operation, size: size, limit: limit()) { throw error }
+        let limit = status == PL_ERR_TOO_LARGE ? limit() : 0
+        if let error = from(status, operation: operation, size: size, limit: limit) { throw error }
     }
 }
 

@@ -60,9 +60,11 @@ public final class RunLoopPortSource: Hashable, @unchecked Sendable, CustomStrin
     public var queuedMessageCount: Int { port.messageCount }
 
     /// Removes the source from every mode of its loop and makes it unusable (`CFRunLoopSourceInvalidate`).
-    /// The port lives until the source is released.
+    /// When the call returns the source is in no mode, even if another thread invalidated it at the same time;
+    /// on the loop's thread, a handler that invalidates the source sees none of its messages after that. The port
+    /// lives until the source is released.
     public func invalidate() {
-        attachment.invalidate()?.removeEverywhere(self)
+        attachment.invalidateAndFindLoop()?.removeEverywhere(self)
     }
 
     /// Whether the source has not been invalidated (`CFRunLoopSourceIsValid`).
