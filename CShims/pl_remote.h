@@ -19,7 +19,8 @@
  * A connection is also watched by the port sets of the ports it delivers to (feeders, pl_feeder.c): a set's
  * sleeping receiver is woken by the socket itself and reads the frames, so that a message from another process
  * costs one wake-up, as from a local thread. Both watch with EPOLLEXCLUSIVE, the transport's watch queued last:
- * the kernel wakes a sleeping set's receiver, and the transport only when none sleeps. Whoever reads holds the
+ * the kernel wakes a sleeping set's receiver, and the transport only when none sleeps; a stream that the sets keep
+ * up with, the transport leaves to them for a while (it rests: pl_transport.c). Whoever reads holds the
  * connection's read_lock; frame handling, and freeing exports, happen under it alone.
  * Any thread writes: a sender writes its frames itself, without blocking (a frame the socket cannot take waits
  * in the connection's outgoing queue, which the transport thread drains).
@@ -165,6 +166,8 @@ struct pl_conn {
     atomic_bool backlogged;   /* out_head != NULL, readable without the write lock */
     atomic_bool packs;        /* the peer reads several frames from a packet (wire version 3) */
     atomic_bool ended;        /* teardown began: its proxies are dead names, though not all marked yet */
+    atomic_uint_fast64_t packets_read; /* by whoever read */
+    atomic_uint_fast64_t set_packets_read; /* by the sets it feeds: the transport sees whether they keep up */
 
     pthread_mutex_t lock;
     pthread_cond_t changed;   /* credit came, the connection died, the handshake finished */
@@ -188,6 +191,11 @@ struct pl_conn {
     pl_export_t *owed_head;
 
     /* the transport thread's */
+    int64_t last_read_wake;   /* when the transport last woke to read it */
+    uint64_t set_read_at_wake;/* set_packets_read then */
+    int64_t rest_until;       /* resting (the transport does not watch it) until then; 0 when watched */
+    uint64_t set_read_at_rest;/* set_packets_read when the rest began */
+    struct pl_conn *next_resting;
     pl_service_t *service;    /* accepted on this service (a reference), or NULL */
     char *lookup_key;         /* a client's: the socket path it connected to */
     struct pl_conn *next;

@@ -6,6 +6,16 @@
  * service to withdraw). Each wake-up reads at most a batch of frames per connection, so that one busy peer
  * cannot starve the others. Connections it ends are freed at the end of the batch of events, so that a later
  * event of the same batch never reaches freed memory.
+ *
+ * A connection that feeds port sets (pl_feeder.c) wakes the transport only when none of its sets' receivers is
+ * asleep in its poller: they are awake, and will find the frames when they next look. While frames stream in,
+ * reading them here too would make two threads take turns at the socket, each woken by the peer's sends (and, on a
+ * shared vCPU, preempting the sender). So a wake-up that comes soon after the last one (a stream), for a
+ * connection whose sets have read since that one (they keep up), makes the transport stop watching it for a while
+ * (it *rests*): the sets read what comes. When the rest ends, a connection whose sets read meanwhile rests on; one
+ * they left alone is watched again and read at once, and its next wake-up reads too, so that sets busy elsewhere
+ * (a loop blocked in a request whose answer comes over this very connection) hold nothing up for longer than a
+ * rest. A hang-up is never left to the sets.
  */
 #define _GNU_SOURCE /* accept4 */
 #include "pl_remote.h"
@@ -24,6 +34,8 @@
 #define PL_TAG_SERVICE 2u
 #define PL_TAG_CONN_OUT 3u  /* a connection's duplicate, watched for room to write */
 #define PL_FRAMES_PER_WAKE 64
+#define PL_STREAM_GAP_NS 1000000LL /* a wake-up to read this soon after the last one finds a stream */
+#define PL_REST_NS 1000000LL       /* how long a streaming connection is left to the sets it feeds */
 
 typedef enum pl_command_kind {
     PL_CMD_FLUSH_OWED,
@@ -54,6 +66,9 @@ static struct {
 } T = { .lock = PTHREAD_MUTEX_INITIALIZER, .epoll_fd = -1, .wake_fd = -1 };
 
 static void *pl_transport_main(void *unused);
+
+/* Connections the transport does not watch for now (see the top), each with a reference; the transport thread's. */
+static pl_conn_t *pl_resting;
 
 /* fork() copies the process with only the forking thread: the child has no transport thread but would share the
  * parent's epoll instance, and a connection it made would be registered there, under an address that means
@@ -87,6 +102,7 @@ static void pl_transport_after_fork_child(void) {
     T.conns = NULL;
     T.services = NULL;
     T.connection_count = 0;
+    pl_resting = NULL; /* the parent's (their references leaked in the child, as the connections are) */
     pthread_mutex_unlock(&T.lock);
 }
 
@@ -384,9 +400,80 @@ static void pl_resume_listeners(void) {
     pl_paused_count = 0;
 }
 
-/* ---- the loop --------------------------------------------------------------------------------------- */
+/* ---- resting: streams left to the sets they feed (see the top) ------------------------------------- */
 
 static void pl_read_conn(pl_conn_t *conn, uint8_t *buffer);
+
+static bool pl_feeds_sets(pl_conn_t *conn) {
+    pthread_mutex_lock(&conn->feeds_lock);
+    bool feeds = conn->feeds != NULL;
+    pthread_mutex_unlock(&conn->feeds_lock);
+    return feeds;
+}
+
+static void pl_unwatch(pl_conn_t *conn) {
+    pthread_mutex_lock(&conn->write_lock); /* keeps the descriptor open */
+    if (conn->fd >= 0) epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, conn->fd, NULL);
+    pthread_mutex_unlock(&conn->write_lock);
+}
+
+/* Whether to leave what woke the transport (`events` on `conn`, at `now`) to the sets the connection feeds. */
+static bool pl_rest(pl_conn_t *conn, uint32_t events, int64_t now) {
+    if ((events & (EPOLLHUP | EPOLLERR)) != 0) return false;
+    int64_t last = conn->last_read_wake;
+    uint64_t set_read = atomic_load_explicit(&conn->set_packets_read, memory_order_relaxed);
+    bool sets_kept_up = set_read != conn->set_read_at_wake; /* they read since the last wake-up */
+    conn->last_read_wake = now;
+    conn->set_read_at_wake = set_read;
+    if (conn->rest_until != 0) {
+        /* Resting, and watched again meanwhile (a set that started to watch moves the transport's watch behind its
+         * own): the rest goes on. */
+        pl_unwatch(conn);
+        return true;
+    }
+    if (now - last > PL_STREAM_GAP_NS || !sets_kept_up || !pl_feeds_sets(conn)) return false;
+    pl_unwatch(conn);
+    conn->rest_until = now + PL_REST_NS;
+    conn->set_read_at_rest = set_read;
+    pl_conn_retain(conn);
+    conn->next_resting = pl_resting;
+    pl_resting = conn;
+    return true;
+}
+
+/* Ends the rests that are due (see the top). Returns the milliseconds until the next one is due, or -1. */
+static int pl_end_rests(int64_t now, uint8_t *buffer) {
+    int64_t next = INT64_MAX;
+    for (pl_conn_t **link = &pl_resting; *link != NULL;) {
+        pl_conn_t *conn = *link;
+        bool ended = atomic_load_explicit(&conn->ended, memory_order_acquire);
+        if (!ended && conn->rest_until > now) {
+            if (conn->rest_until < next) next = conn->rest_until;
+            link = &conn->next_resting;
+            continue;
+        }
+        uint64_t read = atomic_load_explicit(&conn->set_packets_read, memory_order_relaxed);
+        if (!ended && read != conn->set_read_at_rest && pl_feeds_sets(conn)) {
+            conn->set_read_at_rest = read; /* the sets are reading: rest on */
+            conn->rest_until = now + PL_REST_NS;
+            if (conn->rest_until < next) next = conn->rest_until;
+            link = &conn->next_resting;
+            continue;
+        }
+        *link = conn->next_resting;
+        conn->rest_until = 0;
+        conn->set_read_at_wake = read; /* left alone by the sets: the next wake-up reads */
+        if (!ended) {
+            pl_transport_rewatch(conn);
+            pl_read_conn(conn, buffer); /* what waits (nothing, most likely) */
+        }
+        pl_conn_release(conn);
+    }
+    if (next == INT64_MAX) return -1;
+    return (int)((next - now + 999999) / 1000000);
+}
+
+/* ---- the loop --------------------------------------------------------------------------------------- */
 
 static void pl_run_commands(void) {
     uint64_t value;
@@ -494,11 +581,14 @@ static void *pl_transport_main(void *unused) {
     uint8_t *buffer = pl_thread_frame_buffer();
     struct epoll_event events[64];
     bool timed_out = false;
+    int rest = -1;
     for (;;) {
         int sweep = pl_sweep_timeout(timed_out);
         int timeout = buffer == NULL || pl_paused_count > 0 ? 100 : sweep;
+        if (rest >= 0 && (timeout < 0 || rest < timeout)) timeout = rest;
         int n = epoll_wait(T.epoll_fd, events, 64, timeout);
         timed_out = n == 0;
+        int64_t now = pl_now_ns();
         pl_resume_listeners();
         pl_sweep_idle_proxies();
         if (buffer == NULL) { buffer = pl_thread_frame_buffer(); continue; }
@@ -518,11 +608,12 @@ static void *pl_transport_main(void *unused) {
                 if (tag == PL_TAG_CONN_OUT) {
                     pl_conn_flush_outgoing(conn);
                     pl_transport_writable_done(conn);
-                } else {
+                } else if (!pl_rest(conn, events[i].events, now)) {
                     pl_read_conn(conn, buffer);
                 }
             }
         }
+        rest = pl_resting != NULL ? pl_end_rests(now, buffer) : -1;
         pl_bury();
     }
     return NULL;

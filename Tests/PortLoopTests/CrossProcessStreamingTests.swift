@@ -73,4 +73,42 @@ struct CrossProcessStreamingTests {
         let report = try space.namespace.lookUp("sink").request(id: 9, timeout: .seconds(10))
         #expect(String(decoding: report.payload, as: UTF8.self) == "received 24 \(sender.pid) 0=23")
     }
+
+    @Test("a handler that makes a request over the connection streaming into its loop gets its answers: what the busy loop cannot read, the transport does")
+    func requestFromHandlerWhileStreaming() throws {
+        let space = TemporaryNamespace()
+        let server = try Peer(["serve", space.path, "echo", "1024"])
+        #expect(server.ready())
+        let service = try space.namespace.lookUp("echo", timeout: .seconds(10))
+        let received = Locked(0), asked = Locked(0), answered = Locked(0)
+        let slowest = Locked(Int64(0))
+        // The echoes of a stream come back to this source over the connection, which makes it a stream into the
+        // loop's port set; every 200th, the handler asks the service something and waits, the loop busy meanwhile.
+        let source = try RunLoopPortSource(queueLimit: 1024) { _ in
+            let count = received.withLock { $0 += 1; return $0 }
+            if count % 200 == 0 {
+                asked.withLock { $0 += 1 }
+                let start = nowNanoseconds()
+                if let reply = try? service.request(id: 1, bytes: [7], timeout: .seconds(10)), reply.payload == [7] {
+                    answered.withLock { $0 += 1 }
+                }
+                let took = nowNanoseconds() - start
+                slowest.withLock { $0 = max($0, took) }
+            }
+            return nil
+        }
+        let echoes = source.makeSendRight()
+        let worker = TestLoopThread(setUp: { loop in try loop.add(source, mode: .default) },
+                                    body: { loop in [loop.run(mode: .default, timeout: .seconds(120))] })
+        for i in 0..<20_000 {
+            try service.send(id: 1, bytes: [UInt8(truncatingIfNeeded: i)], replyPort: echoes, timeout: .forever)
+        }
+        // Echoes the loop had no room for were dropped by the service (it replies without waiting): count asks.
+        #expect(eventually(within: 60) { asked.current >= 10 })
+        worker.loop.stop()
+        #expect(worker.join() == [.stopped])
+        #expect(answered.current == asked.current, "every request from the handler answered")
+        #expect(slowest.current < 5_000_000_000, "the slowest took \(slowest.current / 1_000_000) ms")
+        server.kill()
+    }
 }
