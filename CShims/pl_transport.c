@@ -13,9 +13,10 @@
  * shared vCPU, preempting the sender). So a wake-up that comes soon after the last one (a stream), for a
  * connection whose sets have read since that one (they keep up), makes the transport stop watching it for a while
  * (it *rests*): the sets read what comes. When the rest ends, a connection whose sets read meanwhile rests on; one
- * they left alone is watched again and read at once, and its next wake-up reads too, so that sets busy elsewhere
- * (a loop blocked in a request whose answer comes over this very connection) hold nothing up for longer than a
- * rest. A hang-up is never left to the sets.
+ * they left alone is watched again and read at once, and its next wake-up reads too unless they read by then, so
+ * that sets busy elsewhere (a loop blocked in a request whose answer comes over this very connection) hold nothing
+ * up for more than a rest or two. A hang-up that wakes the transport is read at once; one that comes while the
+ * connection rests, the sets see, or the rest's end.
  */
 #define _GNU_SOURCE /* accept4 */
 #include "pl_remote.h"
@@ -69,6 +70,9 @@ static void *pl_transport_main(void *unused);
 
 /* Connections the transport does not watch for now (see the top), each with a reference; the transport thread's. */
 static pl_conn_t *pl_resting;
+static atomic_uint_fast64_t pl_rests; /* rests begun since the process started */
+
+uint64_t pl_remote_transport_rests(void) { return atomic_load_explicit(&pl_rests, memory_order_relaxed); }
 
 /* fork() copies the process with only the forking thread: the child has no transport thread but would share the
  * parent's epoll instance, and a connection it made would be registered there, under an address that means
@@ -242,15 +246,22 @@ static struct epoll_event pl_conn_watch(pl_conn_t *conn) {
     return (struct epoll_event){ .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN };
 }
 
-void pl_transport_rewatch(pl_conn_t *conn) {
+/* Puts the transport's watch of the connection at the back of the socket's queue. false: it could not be added
+ * (no memory, or the user's epoll watches are used up), and the connection is not watched. */
+static bool pl_watch_at_back(pl_conn_t *conn) {
+    bool watched = true;
     pthread_mutex_lock(&conn->write_lock); /* keeps the descriptor open */
     if (conn->fd >= 0 && T.epoll_fd >= 0) {
         struct epoll_event event = pl_conn_watch(conn);
         epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, conn->fd, NULL);
-        epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, conn->fd, &event); /* level-triggered: readiness now is not lost */
+        /* level-triggered: readiness now is not lost */
+        watched = epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, conn->fd, &event) == 0 || errno == EEXIST;
     }
     pthread_mutex_unlock(&conn->write_lock);
+    return watched;
 }
+
+void pl_transport_rewatch(pl_conn_t *conn) { (void)pl_watch_at_back(conn); }
 
 pl_status_t pl_transport_add_conn(pl_conn_t *conn) {
     struct epoll_event event = pl_conn_watch(conn);
@@ -402,7 +413,7 @@ static void pl_resume_listeners(void) {
 
 /* ---- resting: streams left to the sets they feed (see the top) ------------------------------------- */
 
-static void pl_read_conn(pl_conn_t *conn, uint8_t *buffer);
+static pl_read_result_t pl_read_conn(pl_conn_t *conn, uint8_t *buffer);
 
 static bool pl_feeds_sets(pl_conn_t *conn) {
     pthread_mutex_lock(&conn->feeds_lock);
@@ -433,6 +444,7 @@ static bool pl_rest(pl_conn_t *conn, uint32_t events, int64_t now) {
     }
     if (now - last > PL_STREAM_GAP_NS || !sets_kept_up || !pl_feeds_sets(conn)) return false;
     pl_unwatch(conn);
+    atomic_fetch_add_explicit(&pl_rests, 1, memory_order_relaxed);
     conn->rest_until = now + PL_REST_NS;
     conn->set_read_at_rest = set_read;
     pl_conn_retain(conn);
@@ -453,8 +465,15 @@ static int pl_end_rests(int64_t now, uint8_t *buffer) {
             continue;
         }
         uint64_t read = atomic_load_explicit(&conn->set_packets_read, memory_order_relaxed);
-        if (!ended && read != conn->set_read_at_rest && pl_feeds_sets(conn)) {
-            conn->set_read_at_rest = read; /* the sets are reading: rest on */
+        /* The sets are reading: rest on. Or the watch cannot be put back (no memory, the user's epoll watches used
+         * up): try again after another rest, reading meanwhile what waits. */
+        bool rest_on = !ended && read != conn->set_read_at_rest && pl_feeds_sets(conn);
+        if (!ended && !rest_on && !pl_watch_at_back(conn)) {
+            pl_read_conn(conn, buffer);
+            rest_on = true;
+        }
+        if (rest_on) {
+            conn->set_read_at_rest = read;
             conn->rest_until = now + PL_REST_NS;
             if (conn->rest_until < next) next = conn->rest_until;
             link = &conn->next_resting;
@@ -462,15 +481,25 @@ static int pl_end_rests(int64_t now, uint8_t *buffer) {
         }
         *link = conn->next_resting;
         conn->rest_until = 0;
-        conn->set_read_at_wake = read; /* left alone by the sets: the next wake-up reads */
-        if (!ended) {
-            pl_transport_rewatch(conn);
-            pl_read_conn(conn, buffer); /* what waits (nothing, most likely) */
-        }
+        conn->set_read_at_wake = read; /* left alone by the sets: the next wake-up reads, unless they read by then */
+        if (!ended) pl_read_conn(conn, buffer); /* what waits (nothing, most likely) */
         pl_conn_release(conn);
     }
     if (next == INT64_MAX) return -1;
     return (int)((next - now + 999999) / 1000000);
+}
+
+/* Ends a connection's rest at once, if it rests; if its watch cannot be put back, the rest's end tries again. */
+static void pl_end_rest_now(pl_conn_t *conn) {
+    if (conn->rest_until == 0) return;
+    for (pl_conn_t **link = &pl_resting; *link != NULL; link = &(*link)->next_resting) {
+        if (*link != conn) continue;
+        if (!atomic_load_explicit(&conn->ended, memory_order_acquire) && !pl_watch_at_back(conn)) return;
+        *link = conn->next_resting;
+        conn->rest_until = 0;
+        pl_conn_release(conn); /* the caller holds a reference of its own */
+        return;
+    }
 }
 
 /* ---- the loop --------------------------------------------------------------------------------------- */
@@ -494,7 +523,10 @@ static void pl_run_commands(void) {
             pl_export_drop_if_unused(command->conn, command->handle);
             pthread_mutex_unlock(&command->conn->read_lock);
             break;
-        case PL_CMD_READ: pl_read_conn(command->conn, pl_thread_frame_buffer()); break;
+        case PL_CMD_READ:
+            /* A reader handed over a flood: on a resting connection, the watch must report what is left. */
+            if (pl_read_conn(command->conn, pl_thread_frame_buffer()) == PL_READ_MORE) pl_end_rest_now(command->conn);
+            break;
         case PL_CMD_WITHDRAW: {
             pl_port_t *port = command->port;
             pthread_mutex_lock(&port->lock);
@@ -522,14 +554,15 @@ static void pl_run_commands(void) {
     }
 }
 
-static void pl_read_conn(pl_conn_t *conn, uint8_t *buffer) {
+static pl_read_result_t pl_read_conn(pl_conn_t *conn, uint8_t *buffer) {
     /* A set's receiver reading it already reads what woke us too. */
-    if (pthread_mutex_trylock(&conn->read_lock) != 0) return;
+    if (pthread_mutex_trylock(&conn->read_lock) != 0) return PL_READ_DRAINED;
     const char *why;
     pl_read_result_t result = pl_conn_read_frames(conn, buffer, PL_FRAMES_PER_WAKE, &why);
     pthread_mutex_unlock(&conn->read_lock);
     if (result == PL_READ_ENDED) pl_transport_end(conn, why);
-    /* PL_READ_MORE: the socket stays readable and the next wait reports it again. */
+    /* PL_READ_MORE: the socket stays readable and the next wait reports it again (unless the connection rests). */
+    return result;
 }
 
 static void pl_accept_on(pl_service_t *service) {
@@ -585,9 +618,11 @@ static void *pl_transport_main(void *unused) {
     for (;;) {
         int sweep = pl_sweep_timeout(timed_out);
         int timeout = buffer == NULL || pl_paused_count > 0 ? 100 : sweep;
-        if (rest >= 0 && (timeout < 0 || rest < timeout)) timeout = rest;
+        /* A wait cut short for a rest is not the sweep's: the sweep stays armed (see pl_sweep_timeout). */
+        bool for_rest = rest >= 0 && (timeout < 0 || rest < timeout);
+        if (for_rest) timeout = rest;
         int n = epoll_wait(T.epoll_fd, events, 64, timeout);
-        timed_out = n == 0;
+        timed_out = n == 0 && !for_rest;
         int64_t now = pl_now_ns();
         pl_resume_listeners();
         pl_sweep_idle_proxies();

@@ -684,6 +684,10 @@ void pl_set_stream_packing(int on);
  *  packs its backlog (wire version 3). A statistic, for tests and benchmarks. */
 uint64_t pl_remote_packed_frames(void);
 
+/** How many times, since it started, this process's transport thread left a connection's stream to the run loops
+ *  it feeds for a while (a rest) instead of reading it too. A statistic, for tests and benchmarks. */
+uint64_t pl_remote_transport_rests(void);
+
 /* ------------------------------------------------------------------------------------------------ */
 /* The main dispatch queue (libdispatch's hooks for CoreFoundation)                                   */
 

@@ -162,12 +162,17 @@ public struct CrossProcessStatistics: Sendable, Hashable {
     /// it started. A sender that streams (sends back to back) packs what it sends into few large packets, a
     /// system call per packet rather than per message; this counts what arrived that way.
     public let packedFramesReceived: Int
+    /// How many times, since it started, this process's transport thread left a stream to the run loops it
+    /// feeds instead of reading it as well: while a loop keeps up with a connection, the loop alone reads it
+    /// (one thread woken per packet, not two); what the loop leaves, the transport reads within milliseconds.
+    public let transportRests: Int
 
     /// The counts now.
     public static var current: CrossProcessStatistics {
         var connections: UInt32 = 0, exports: UInt32 = 0, imports: UInt32 = 0
         pl_remote_stats(&connections, &exports, &imports)
         return CrossProcessStatistics(connections: Int(connections), exportedRights: Int(exports),
-                                      importedRights: Int(imports), packedFramesReceived: Int(pl_remote_packed_frames()))
+                                      importedRights: Int(imports), packedFramesReceived: Int(pl_remote_packed_frames()),
+                                      transportRests: Int(pl_remote_transport_rests()))
     }
 }
