@@ -83,7 +83,9 @@ struct CrossProcessStreamingTests {
         let received = Locked(0), asked = Locked(0), answered = Locked(0)
         let slowest = Locked(Int64(0))
         // The echoes of a stream come back to this source over the connection, which makes it a stream into the
-        // loop's port set; every 200th, the handler asks the service something and waits, the loop busy meanwhile.
+        // loop's port set, and the transport rests on it whenever the loop keeps up (not in every run: when the
+        // transport is the faster reader, it reads on and never rests); every 200th, the handler asks the service
+        // something and waits, the loop busy meanwhile. A rest that never ended would leave the answers unread.
         let source = try RunLoopPortSource(queueLimit: 1024) { _ in
             let count = received.withLock { $0 += 1; return $0 }
             if count % 200 == 0 {
@@ -98,7 +100,6 @@ struct CrossProcessStreamingTests {
             return nil
         }
         let echoes = source.makeSendRight()
-        let restsBefore = CrossProcessStatistics.current.transportRests
         let worker = TestLoopThread(setUp: { loop in try loop.add(source, mode: .default) },
                                     body: { loop in [loop.run(mode: .default, timeout: .seconds(120))] })
         for i in 0..<20_000 {
@@ -110,9 +111,6 @@ struct CrossProcessStreamingTests {
         #expect(worker.join() == [.stopped])
         #expect(answered.current == asked.current, "every request from the handler answered")
         #expect(slowest.current < 2_000_000_000, "the slowest took \(slowest.current / 1_000_000) ms")
-        // The stream of echoes made the transport leave the connection to the loop's set, rests that the requests
-        // from the handler had to outlast.
-        #expect(CrossProcessStatistics.current.transportRests > restsBefore, "the transport never rested")
         server.kill()
     }
 }
