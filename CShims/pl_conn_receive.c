@@ -433,7 +433,7 @@ pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budge
             }
         }
         read += n;
-        if (n > 0) atomic_fetch_add_explicit(&conn->packets_read, (uint_fast64_t)n, memory_order_relaxed);
+        if (n > 0) conn->packets_read += (uint64_t)n;
         if (n == 0) {
             *why = "the peer closed the connection";
             return PL_READ_ENDED;

@@ -128,12 +128,10 @@ void pl_feeder_pump(pl_port_set_t *set, pl_conn_t *conn) {
         return;
     }
     const char *why;
-    uint_fast64_t before = atomic_load_explicit(&conn->packets_read, memory_order_relaxed);
+    uint64_t before = conn->packets_read;
     pl_read_result_t result = pl_conn_read_frames(conn, buffer, 64, &why);
     /* What the sets read, the transport need not: while they keep up with a stream, it leaves it to them. */
-    atomic_fetch_add_explicit(&conn->set_packets_read,
-                              atomic_load_explicit(&conn->packets_read, memory_order_relaxed) - before,
-                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&conn->set_packets_read, conn->packets_read - before, memory_order_relaxed);
     bool ended = result == PL_READ_ENDED;
     if (ended) {
         /* The transport ends it; meanwhile this poller must stop seeing a socket that stays readable. */

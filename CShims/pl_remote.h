@@ -166,7 +166,7 @@ struct pl_conn {
     atomic_bool backlogged;   /* out_head != NULL, readable without the write lock */
     atomic_bool packs;        /* the peer reads several frames from a packet (wire version 3) */
     atomic_bool ended;        /* teardown began: its proxies are dead names, though not all marked yet */
-    atomic_uint_fast64_t packets_read; /* by whoever read */
+    uint64_t packets_read;    /* by whoever read (read_lock: every reader holds it) */
     atomic_uint_fast64_t set_packets_read; /* by the sets it feeds: the transport sees whether they keep up */
 
     pthread_mutex_t lock;
