@@ -71,20 +71,11 @@ final class ItemAttachment: ManagedBuffer<ItemAttachment.State, pthread_mutex_t>
         }
     }
 
-    /// Marks the item invalid and returns the loop it must be removed from, if any.
-    func invalidate() -> PortRunLoop? {
-        withLock {
-            guard header.isValid else { return nil }
-            header.isValid = false
-            return header.loop
-        }
-    }
-
-    /// Marks the item invalid and returns the loop it is still attached to, if any — also when another thread
+    /// Marks the item invalid and returns the loop it must be removed from, if any — also when another thread
     /// invalidated it first and has not yet taken it out of that loop's modes. The caller removes it as well
     /// (removal under the loop's lock is idempotent), so that once its call returns the item is in no mode: a loop
     /// handling a batch from a port source relies on that to stop at once when a handler invalidates the source.
-    func invalidateAndFindLoop() -> PortRunLoop? {
+    func invalidate() -> PortRunLoop? {
         withLock {
             header.isValid = false
             return header.loop

@@ -64,7 +64,7 @@ public final class RunLoopPortSource: Hashable, @unchecked Sendable, CustomStrin
     /// on the loop's thread, a handler that invalidates the source sees none of its messages after that. The port
     /// lives until the source is released.
     public func invalidate() {
-        attachment.invalidateAndFindLoop()?.removeEverywhere(self)
+        attachment.invalidate()?.removeEverywhere(self)
     }
 
     /// Whether the source has not been invalidated (`CFRunLoopSourceIsValid`).
