@@ -37,7 +37,7 @@ struct TimerHeapTests {
         var generator = SystemRandomNumberGenerator()
         for _ in 0..<20_000 { model.insert(Int64.random(in: 0..<50_000_000, using: &generator)) }
         // About one bucket's share of the 50 ms (20,000 / 48), not all of them.
-        #expect(model.heap.nearHeapCount < 2_000)
+        #expect(model.heap.nearCount < 2_000)
         #expect(model.heap.count == 20_001)
         model.expectPopsInOrder()
     }
@@ -153,7 +153,81 @@ struct TimerHeapTests {
         for index in 1...1_000 { _ = heap.insert(timer, fireDate: Int64(index) * millisecond / 10 + millisecond,
                                                  latest: Int64(index) * millisecond / 10 + millisecond) }
         #expect(heap.wakeDeadline() == 1)
-        #expect(heap.nearHeapCount == 2, "the buckets stayed where they were")
+        #expect(heap.nearCount == 2, "the buckets stayed where they were")
+    }
+
+    @Test("a bucket moves in sorted, equal dates in scheduling order, whatever order it was filled in")
+    func bucketsArriveSorted() {
+        let millisecond: Int64 = 1 << TimerBuckets.shift
+        var generator = SystemRandomNumberGenerator()
+        var model = HeapModel()
+        model.insert(0) // the near timers' bucket is the first; the rest wait in buckets
+        // Thousands of timers in three later buckets, a dozen distinct dates each: long runs of ties.
+        for _ in 0..<5_000 {
+            let bucket = Int64.random(in: 1...3, using: &generator)
+            model.insert(bucket * millisecond + Int64.random(in: 0..<12, using: &generator) * 1_000)
+        }
+        // Moves: each leaves a stale node behind and a new one at its bucket's end.
+        for _ in 0..<500 {
+            model.reschedule(Int.random(in: 1..<model.live.count, using: &generator),
+                             to: 2 * millisecond + Int64.random(in: 0..<12, using: &generator) * 1_000)
+        }
+        model.expectPopsInOrder()
+    }
+
+    @Test("near timers given back to a bucket out of scheduling order still pop in order")
+    func evictedNodesKeepTheirOrder() {
+        let millisecond: Int64 = 1 << TimerBuckets.shift
+        var model = HeapModel()
+        // Few enough near timers to be given back, scheduled latest first so the heap reorders them.
+        for index in 0..<TimerHeap.evictionLimit { model.insert(10 * millisecond + Int64(15 - index) % 4) }
+        model.insert(5 * millisecond) // earlier: the sixteen go back to the bucket of 10 ms
+        #expect(model.heap.nearCount == 1)
+        for index in 0..<200 { model.insert(10 * millisecond + Int64(index % 4)) } // the same bucket, same dates
+        model.expectPopsInOrder()
+    }
+
+    @Test("the bucket sort orders by date, then sequence, over one to four radix passes and out of sequence")
+    func bucketSort() {
+        var generator = SystemRandomNumberGenerator()
+        var scratch: [TimerHeap.Node] = []
+        var counts: [Int] = []
+        for span: Int64 in [1_000, 1 << 20, 1 << 30, 1 << 40] {
+            for inSequence in [true, false] {
+                let base = Int64.random(in: -(1 << 50)...(1 << 50), using: &generator)
+                var nodes = (0..<3_000).map { index in
+                    TimerHeap.Node(fireDate: base + Int64.random(in: 0..<span, using: &generator) / 7 * 7,
+                                   sequence: UInt32(index + 1), slot: Int32(index))
+                }
+                if !inSequence { nodes.shuffle(using: &generator) }
+                let expected = nodes.sorted { ($0.fireDate, $0.sequence) < ($1.fireDate, $1.sequence) }
+                TimerHeap.sort(&nodes, scratch: &scratch, counts: &counts)
+                let sorted = nodes.map(\.slot) == expected.map(\.slot)
+                #expect(sorted, "span \(span), in sequence: \(inSequence)")
+            }
+        }
+    }
+
+    @Test("moved and removed timers leave stale nodes that never outnumber the live ones by more than a margin")
+    func staleNodesStayBounded() {
+        let millisecond: Int64 = 1 << TimerBuckets.shift
+        var generator = SystemRandomNumberGenerator()
+        var model = HeapModel()
+        for _ in 0..<100 { model.insert(Int64.random(in: 0..<100 * millisecond, using: &generator)) }
+        var worst = 0
+        for step in 0..<50_000 {
+            let index = Int.random(in: 0..<model.live.count, using: &generator)
+            if step % 10 == 0 {
+                model.remove(index)
+                model.insert(Int64.random(in: 0..<100 * millisecond, using: &generator))
+            } else {
+                model.reschedule(index, to: Int64.random(in: 0..<100 * millisecond, using: &generator))
+            }
+            worst = max(worst, model.heap.nodeCount - 2 * model.heap.count)
+        }
+        #expect(worst <= TimerHeap.staleAllowance + 1)
+        #expect(model.heap.count == 100)
+        model.expectPopsInOrder()
     }
 
     @Test("keys of emptied buckets do not pile up while the near heap never empties")

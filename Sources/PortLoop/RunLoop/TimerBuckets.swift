@@ -1,11 +1,11 @@
 import HeapModule
 
-/// The timers of one mode that fire after those in its near heap (``TimerHeap``), grouped by the
+/// The timers of one mode that fire after its near ones (``TimerHeap``), grouped by the
 /// 2^20 ns (about a millisecond) of time they fall in and unsorted within a group.
 ///
 /// Why: a heap of every timer is as large as the timer count, and at 100,000 timers each pop sifts through
 /// cache lines that are all misses. Here a timer costs an append when scheduled and, when its millisecond
-/// comes, one move into the near heap as part of its whole group; the near heap stays about a millisecond of
+/// comes, one move into the near tier as part of its whole group, sorted; the near tier stays about a millisecond of
 /// timers deep, small enough to stay in cache. (The `timers` benchmark, 100,000 timers over 50 ms: see the
 /// README's "Timers".)
 struct TimerBuckets {
@@ -25,18 +25,17 @@ struct TimerBuckets {
     private var buckets: [Bucket] = []
     private var freeIDs: [Int32] = []
     private var idsByKey: [Int64: Int32] = [:]
-    /// The keys of the buckets, earliest first. A bucket emptied by removals leaves its key behind, skipped
-    /// when it comes up; a key made a bucket again is in twice, and the first to come up takes the bucket.
+    /// The keys of the buckets, earliest first.
     private var keys = Heap<Int64>()
-    /// How many timers the buckets hold.
+    /// How many nodes the buckets hold (the heap's stale nodes among them).
     private(set) var count = 0
-    /// How many keys the key heap holds, stale ones included (for tests).
+    /// How many keys the key heap holds; for tests.
     var keyCount: Int { keys.count }
 
     var isEmpty: Bool { count == 0 }
 
-    /// Adds a node to the bucket of `key`; returns the bucket's id and the node's index in it.
-    mutating func append(_ node: TimerHeap.Node, key: Int64) -> (bucket: Int32, index: Int32) {
+    /// Adds a node to the bucket of `key`.
+    mutating func append(_ node: TimerHeap.Node, key: Int64) {
         let id: Int32
         if let existing = idsByKey[key] {
             id = existing
@@ -50,27 +49,20 @@ struct TimerBuckets {
             }
             idsByKey[key] = id
             keys.insert(key)
-            // Keys of emptied buckets leave only when their time comes, and a mode that is not being run never
-            // takes its buckets: rebuild the keys from the live buckets when the stale ones are most of them.
-            if keys.count > 2 * idsByKey.count + 64 { keys = Heap(idsByKey.keys) }
         }
-        let index = Int32(buckets[Int(id)].nodes.count)
         buckets[Int(id)].nodes.append(node)
         count += 1
-        return (id, index)
     }
 
-    /// Removes the node at `index` of a bucket; returns the node moved into its place, if one was (its index
-    /// is now `index`).
-    mutating func remove(bucket id: Int32, index: Int32) -> TimerHeap.Node? {
-        let last = buckets[Int(id)].nodes.removeLast()
-        count -= 1
-        if Int(index) < buckets[Int(id)].nodes.count {
-            buckets[Int(id)].nodes[Int(index)] = last
-            return last
+    /// Removes the nodes that `shouldBeRemoved` picks from every bucket, and the buckets it empties.
+    mutating func removeAll(where shouldBeRemoved: (TimerHeap.Node) -> Bool) {
+        for id in idsByKey.values {
+            let before = buckets[Int(id)].nodes.count
+            buckets[Int(id)].nodes.removeAll(where: shouldBeRemoved)
+            count -= before - buckets[Int(id)].nodes.count
+            if buckets[Int(id)].nodes.isEmpty { release(id) }
         }
-        if buckets[Int(id)].nodes.isEmpty { release(id) }
-        return nil
+        if keys.count != idsByKey.count { keys = Heap(idsByKey.keys) }
     }
 
     private mutating func release(_ id: Int32) {
@@ -82,15 +74,12 @@ struct TimerBuckets {
     /// (the two arrays trade storage, so nothing is allocated). Returns the bucket's key, or nil if there is
     /// none that early.
     mutating func takeFirst(upTo limit: Int64 = .max, into nodes: inout [TimerHeap.Node]) -> Int64? {
-        while let key = keys.min, key <= limit {
-            keys.removeMin()
-            guard let id = idsByKey[key] else { continue } // emptied since its key went in
-            nodes.removeAll(keepingCapacity: true)
-            swap(&nodes, &buckets[Int(id)].nodes)
-            count -= nodes.count
-            release(id)
-            return key
-        }
-        return nil
+        guard let key = keys.min, key <= limit, let id = idsByKey[key] else { return nil }
+        keys.removeMin()
+        nodes.removeAll(keepingCapacity: true)
+        swap(&nodes, &buckets[Int(id)].nodes)
+        count -= nodes.count
+        release(id)
+        return key
     }
 }
