@@ -16,14 +16,19 @@ enum Stats {
     }
 }
 
+/// The variants `--variants` selects (0-based, in the order a scenario measures them), or nil for all. Set once
+/// from the command line before any scenario runs.
+nonisolated(unsafe) var selectedVariants: Set<Int>?
+
 /// Runs every variant `runs` times, round-robin (A B C, A B C, …) so that background load and frequency
 /// drift spread over all variants alike, after one discarded round that warms caches and the allocator.
-/// Returns one sample per variant, in order.
+/// Returns one sample per variant, in order; a variant left out by `--variants` gets NaN for each run (its
+/// rows show "nan" and no ratios), so that one variant can be profiled without the others' threads and memory.
 func measureInterleaved(runs: Int, _ variants: [() -> Double]) -> [Sample] {
     var samples = [Sample](repeating: Sample(values: []), count: variants.count)
     for round in 0...runs {
         for (index, variant) in variants.enumerated() {
-            let value = variant()
+            let value = selectedVariants.map { $0.contains(index) } ?? true ? variant() : .nan
             if round > 0 { samples[index].values.append(value) }
         }
     }

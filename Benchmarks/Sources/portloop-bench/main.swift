@@ -1,7 +1,7 @@
 // portloop-bench: PortLoop's benchmarks beside CFRunLoop, SwiftNIO, libdispatch and raw C floors.
 // See Benchmarks/README.md.
 //
-//   portloop-bench [--quick] [--json] [--runs N] [--list] [scenario ...]
+//   portloop-bench [--quick] [--json] [--runs N] [--variants LIST] [--list] [scenario ...]
 //
 // Scenarios are selected by name (all of them by default, in registry order; see Registry.swift).
 #if canImport(Glibc)
@@ -24,11 +24,16 @@ func printError(_ text: String) {
 }
 
 let usage = """
-    usage: portloop-bench [--quick] [--json] [--runs N] [--histograms PATH] [--list] [scenario ...]
+    usage: portloop-bench [--quick] [--json] [--runs N] [--variants LIST] [--histograms PATH] [--list]
+                          [scenario ...]
       --quick   fewer iterations per run, for a smoke test (figures are noisier)
       --json    print a JSON array of {scenario, name, kind, value, unit, min, max, runs, ratios}
                 instead of tables (keys: Benchmarks/README.md)
       --runs N  measured runs per figure, each figure being their median (default 5)
+      --variants LIST
+                run only these variants of each interleaved measurement, numbered from 0 in the order the
+                scenario runs them (its source lists them; e.g. 0 or 0,3); the others' rows show nan. For
+                profiling one variant alone: ratios need the peers' variants
       --histograms PATH
                 write the latency distributions (round trips, timer lateness; HdrHistogram percentiles) to
                 PATH as JSON (keys: Benchmarks/README.md)
@@ -50,6 +55,13 @@ while let argument = arguments.popFirst() {
             exit(2)
         }
         settings.runs = runs
+    case "--variants":
+        let list = arguments.popFirst()?.split(separator: ",").map { Int($0) } ?? []
+        guard !list.isEmpty, list.allSatisfy({ ($0 ?? -1) >= 0 }) else {
+            printError("--variants needs a comma-separated list of variant numbers (0, 1, …)\n\(usage)")
+            exit(2)
+        }
+        selectedVariants = Set(list.compactMap { $0 })
     case "--json": json = true
     case "--histograms":
         guard let path = arguments.popFirst() else {
