@@ -25,6 +25,9 @@ pl_conn_t *pl_conn_new(int fd, bool accepted) {
     conn->out_fd = -1;
     conn->accepted = accepted;
     conn->next_handle = 1;
+    conn->frames_put = PL_RING_OFFER_AFTER;
+    conn->ring_offer_at = PL_RING_OFFER_AFTER;
+    atomic_init(&conn->bell_watched, -1);
     pthread_mutex_init(&conn->read_lock, NULL);
     pthread_mutex_init(&conn->feeds_lock, NULL);
     pl_mutex_init_adaptive(&conn->write_lock);
@@ -55,9 +58,7 @@ void pl_conn_release(pl_conn_t *conn) {
 
 /* ---- writing ---------------------------------------------------------------------------------------- */
 
-/* One sendmsg of a whole frame, descriptors beside it. 1: sent; 0: the socket is full; -1: the connection is
- * broken (errno set). */
-static int pl_conn_sendmsg(int fd, const uint8_t *head, size_t head_length, const uint8_t *body, size_t body_length,
+int pl_conn_sendmsg(int fd, const uint8_t *head, size_t head_length, const uint8_t *body, size_t body_length,
                            const int *fds, uint32_t fd_count) {
     struct iovec iov[2] = { { .iov_base = (void *)head, .iov_len = head_length },
                             { .iov_base = (void *)body, .iov_len = body_length } };
@@ -99,7 +100,7 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *head, siz
     size_t length = head_length + body_length;
     size_t control = head[0] != PL_FRAME_MESSAGE ? length : 0;
     pl_out_frame_t *tail = conn->out_tail;
-    if (packs && tail != NULL && tail->fd_count == 0 && tail->capacity - tail->length >= length) {
+    if (packs && tail != NULL && tail->fd_count == 0 && !tail->switches && tail->capacity - tail->length >= length) {
         memcpy(tail->bytes + tail->length, head, head_length);
         if (body_length > 0) memcpy(tail->bytes + tail->length + head_length, body, body_length);
         tail->length += length;
@@ -116,6 +117,8 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *head, siz
     frame->capacity = capacity;
     frame->control_bytes = control;
     frame->fd_count = 0;
+    frame->switches = false;
+    frame->marked = false;
     for (uint32_t i = 0; i < fd_count; i++) {
         int copy = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
         if (copy < 0) {
@@ -135,17 +138,25 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *head, siz
     return true;
 }
 
-/* Sends queued packets from the head while the socket takes them (write_lock held), all of them or all but the
- * last (which a streaming sender is still filling). false: the connection broke (the caller unlocks, then kills
- * it unless `*gone`: the peer closed, and the reader will see the end). */
+/* Sends queued packets from the head while the socket (or the ring) takes them (write_lock held), all of them or
+ * all but the last (which a streaming sender is still filling). false: the connection broke (the caller unlocks,
+ * then kills it unless `*gone`: the peer closed, and the reader will see the end; or the ring's writer ended it). */
 static bool pl_conn_send_queued_locked(pl_conn_t *conn, bool keep_tail, bool *gone) {
     while (conn->out_head != NULL && conn->fd >= 0 && !(keep_tail && conn->out_head == conn->out_tail)) {
         pl_out_frame_t *frame = conn->out_head;
-        int sent = pl_conn_sendmsg(conn->fd, frame->bytes, frame->length, NULL, 0, frame->fds, frame->fd_count);
+        int sent = conn->ring_state == PL_CONN_RING_WRITING
+                       ? pl_conn_ring_write_locked(conn, frame->bytes, frame->length, NULL, 0, frame->fds,
+                                                   frame->fd_count, &frame->marked)
+                       : pl_conn_sendmsg(conn->fd, frame->bytes, frame->length, NULL, 0, frame->fds, frame->fd_count);
         if (sent == 0) break;
         if (sent < 0) {
-            *gone = errno == EPIPE || errno == ECONNRESET;
+            *gone = sent == -2 || errno == EPIPE || errno == ECONNRESET;
             return false;
+        }
+        if (frame->switches) {
+            /* The switch frame has left: what follows goes by ring. */
+            conn->ring_state = PL_CONN_RING_WRITING;
+            atomic_store_explicit(&conn->ring_writing, true, memory_order_release);
         }
         conn->out_head = frame->next;
         if (conn->out_head == NULL) conn->out_tail = NULL;
@@ -155,6 +166,12 @@ static bool pl_conn_send_queued_locked(pl_conn_t *conn, bool keep_tail, bool *go
         free(frame);
     }
     return true;
+}
+
+/* Whether the transport is to watch the socket for room: by socket, whenever frames wait; by ring, only when the
+ * head waits for the socket (a packet with descriptors), since room in the ring comes with this side's bell. */
+static bool pl_conn_needs_socket_room_locked(const pl_conn_t *conn) {
+    return conn->out_head != NULL && (conn->ring_state != PL_CONN_RING_WRITING || conn->socket_blocked);
 }
 
 /* A sender is streaming when its last PL_CONN_STREAK frames each came within PL_CONN_CORK_NS of the end of the
@@ -179,8 +196,10 @@ pl_status_t pl_conn_put_frame_parts_locked(pl_conn_t *conn, const uint8_t *head,
                                            const uint8_t *body, size_t body_length, const int *fds,
                                            uint32_t fd_count) {
     if (conn->fd < 0) return PL_ERR_INVALID_DEST;
-    /* The streak of quick puts is kept only while packing is on: off (the default), a put reads no clock. */
-    bool packing = atomic_load_explicit(&pl_stream_packing_on, memory_order_relaxed);
+    bool ring = conn->ring_state == PL_CONN_RING_WRITING;
+    /* The streak of quick puts is kept only while packing is on (a put reads no clock otherwise), and not by ring,
+     * which packs nothing: a stream crosses it without a system call per message anyway. */
+    bool packing = !ring && atomic_load_explicit(&pl_stream_packing_on, memory_order_relaxed);
     int64_t start = packing ? pl_now_ns() : 0;
     if (packing && start - conn->last_put_end < PL_CONN_CORK_NS) {
         if (conn->streak < PL_CONN_STREAK) conn->streak++;
@@ -189,14 +208,19 @@ pl_status_t pl_conn_put_frame_parts_locked(pl_conn_t *conn, const uint8_t *head,
     }
     bool streaming = packing && conn->streak == PL_CONN_STREAK && fd_count == 0 &&
                      atomic_load_explicit(&conn->packs, memory_order_acquire);
+    bool marked = false;
     if (conn->out_head == NULL && !streaming) {
-        int sent = pl_conn_sendmsg(conn->fd, head, head_length, body, body_length, fds, fd_count);
+        int sent = ring ? pl_conn_ring_write_locked(conn, head, head_length, body, body_length, fds, fd_count, &marked)
+                        : pl_conn_sendmsg(conn->fd, head, head_length, body, body_length, fds, fd_count);
         if (packing) conn->last_put_end = pl_now_ns();
-        if (sent > 0) return PL_OK;
+        if (sent > 0) {
+            if (conn->ring_state == PL_CONN_RING_NONE) pl_conn_ring_maybe_offer_locked(conn);
+            return PL_OK;
+        }
         if (sent < 0) {
             /* The peer is gone. What it sent before going is still to be read (a refusal, its last messages):
              * the transport ends the connection when it reads the end. Any other failure ends it now. */
-            if (errno != EPIPE && errno != ECONNRESET) pl_transport_kill(conn, "the socket refused a write");
+            if (sent == -1 && errno != EPIPE && errno != ECONNRESET) pl_transport_kill(conn, "the socket refused a write");
             return PL_ERR_INVALID_DEST;
         }
     }
@@ -204,16 +228,18 @@ pl_status_t pl_conn_put_frame_parts_locked(pl_conn_t *conn, const uint8_t *head,
         pl_transport_kill(conn, "no memory or descriptors for the outgoing queue");
         return PL_ERR_INVALID_DEST;
     }
+    if (marked) conn->out_tail->marked = true; /* alone in the queue: a frame with descriptors is never packed */
     bool gone = false;
     if (conn->out_head != conn->out_tail && !pl_conn_send_queued_locked(conn, true, &gone)) {
         if (!gone) pl_transport_kill(conn, "the socket refused a write");
         return PL_ERR_INVALID_DEST;
     }
-    if (!conn->want_writable) {
+    if (!conn->want_writable && pl_conn_needs_socket_room_locked(conn)) {
         conn->want_writable = true;
         pl_transport_want_writable(conn);
     }
     conn->last_put_end = start; /* queueing took a moment: no second look at the clock */
+    if (conn->ring_state == PL_CONN_RING_NONE) pl_conn_ring_maybe_offer_locked(conn);
     return PL_OK;
 }
 
@@ -226,10 +252,9 @@ void pl_conn_flush_outgoing(pl_conn_t *conn) {
         return;
     }
     bool drained = conn->out_head == NULL;
-    if (drained) {
-        conn->want_writable = false;
-        atomic_store_explicit(&conn->backlogged, false, memory_order_release);
-    }
+    if (drained) atomic_store_explicit(&conn->backlogged, false, memory_order_release);
+    /* Waiting for room in the ring, not in the socket: the transport stops watching the socket for it. */
+    conn->want_writable = pl_conn_needs_socket_room_locked(conn);
     pthread_mutex_unlock(&conn->write_lock);
     if (drained) pthread_cond_broadcast(&conn->writable);
 }
@@ -241,6 +266,12 @@ void pl_conn_flush_before_exit(pl_conn_t *conn, int64_t deadline) {
            conn->out_head != NULL) {
         int64_t left = deadline - pl_now_ns();
         if (left <= 0) break;
+        if (!pl_conn_needs_socket_room_locked(conn)) {
+            /* Room in the ring comes with a ring of this side's bell, which its readers take: look again shortly. */
+            struct timespec pause = { .tv_sec = 0, .tv_nsec = 200000 };
+            nanosleep(&pause, NULL);
+            continue;
+        }
         struct pollfd writable = { .fd = conn->fd, .events = POLLOUT };
         if (poll(&writable, 1, (int)(left / 1000000 + 1)) < 0 && errno != EINTR) break;
     }
@@ -264,6 +295,7 @@ void pl_conn_write_hello(pl_conn_t *conn, uint32_t status, pl_wire_right_t boots
     uint8_t frame[PL_WIRE_HELLO_SIZE];
     size_t length = pl_wire_encode_hello(frame, PL_WIRE_VERSION, status, bootstrap);
     pthread_mutex_lock(&conn->write_lock);
+    conn->hello_sent = true;
     pl_conn_put_frame_locked(conn, frame, length, NULL, 0);
     pthread_mutex_unlock(&conn->write_lock);
 }
@@ -309,6 +341,7 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why) {
         frames = next;
     }
     if (fd >= 0) close(fd);
+    pl_conn_ring_teardown(conn);
 
     /* Take the tables out under the lock; deal with their entries after it. */
     pthread_mutex_lock(&conn->lock);

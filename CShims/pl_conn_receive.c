@@ -287,6 +287,7 @@ static bool pl_receive_hello(pl_conn_t *conn, const pl_wire_hello_t *hello, cons
         conn->hello_status = hello->status;
         conn->peer_version = hello->version;
         if (hello->version >= PL_WIRE_VERSION_PACKED) atomic_store_explicit(&conn->packs, true, memory_order_release);
+        if (hello->version >= PL_WIRE_VERSION_RING) atomic_store_explicit(&conn->rings_ok, true, memory_order_release);
     }
     pthread_mutex_unlock(&conn->lock);
     pthread_cond_broadcast(&conn->changed);
@@ -319,9 +320,13 @@ bool pl_conn_receive_frame(pl_conn_t *conn, const uint8_t *packet, size_t length
         case PL_FRAME_ONCE_GONE: ok = pl_receive_once_gone(conn, frame.u.control.handle, reason); break;
         case PL_FRAME_PROBE: ok = pl_conn_answer_probe(conn, &frame.u.probe, reason); break;
         case PL_FRAME_STATUS: ok = pl_conn_take_status(conn, &frame.u.status, reason); break;
+        case PL_FRAME_RING_OFFER: case PL_FRAME_RING_ACCEPT: case PL_FRAME_RING_REFUSE: case PL_FRAME_RING_START:
+            ok = pl_conn_ring_receive(conn, &frame, fds, reason);
+            break;
         default: break;
         }
     }
+    if (ok && frame.type == PL_FRAME_HELLO) pl_conn_ring_after_hello(conn);
     /* Descriptors no message took are closed: a frame never leaves one behind. */
     for (uint32_t i = 0; i < fd_count; i++) {
         if (fds[i] >= 0) close(fds[i]);
@@ -392,9 +397,11 @@ static void pl_close_packets_fds(struct mmsghdr *batch, int from, int to) {
     }
 }
 
-pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why) {
-    *why = NULL;
+pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budget, int batch_size, const char **why,
+                                     int *taken) {
+    *taken = 0;
     int read = 0;
+    if (batch_size > PL_READ_BATCH) batch_size = PL_READ_BATCH;
     while (read < budget) {
         /* Up to PL_READ_BATCH packets a system call: a lone one costs no second call that finds nothing. */
         union {
@@ -403,7 +410,7 @@ pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budge
         } control[PL_READ_BATCH];
         struct iovec iov[PL_READ_BATCH];
         struct mmsghdr batch[PL_READ_BATCH];
-        for (int k = 0; k < PL_READ_BATCH; k++) {
+        for (int k = 0; k < batch_size; k++) {
             iov[k] = (struct iovec){ .iov_base = buffer + (size_t)k * PL_WIRE_MAX_FRAME, .iov_len = PL_WIRE_MAX_FRAME };
             batch[k].msg_hdr = (struct msghdr){ .msg_iov = &iov[k], .msg_iovlen = 1, .msg_control = control[k].bytes,
                                                 .msg_controllen = sizeof control[k].bytes };
@@ -411,7 +418,7 @@ pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budge
         }
         int fd = conn->fd; /* the reader's: only a teardown, which takes the read lock, closes it */
         if (fd < 0) return PL_READ_DRAINED;
-        int n = recvmmsg(fd, batch, PL_READ_BATCH, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, NULL);
+        int n = recvmmsg(fd, batch, (unsigned)batch_size, MSG_DONTWAIT | MSG_CMSG_CLOEXEC, NULL);
         /* ECONNRESET: the peer closed with our frames unread. The kernel says so once, ahead of what the peer
          * sent before closing (a refusal, its last messages), which is still to be read; the end follows it. */
         if (n < 0 && (errno == EINTR || errno == ECONNRESET)) { read++; continue; }
@@ -431,6 +438,7 @@ pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budge
                 pl_close_packets_fds(batch, k + 1, n); /* packets after the fatal one */
                 return PL_READ_ENDED;
             }
+            (*taken)++;
         }
         read += n;
         if (n > 0) conn->packets_read += (uint64_t)n;
@@ -438,7 +446,55 @@ pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budge
             *why = "the peer closed the connection";
             return PL_READ_ENDED;
         }
-        if (n < PL_READ_BATCH) return PL_READ_DRAINED; /* it took what there was */
+        /* It took what there was; or a switch to the ring happened (it is read a packet at a time meanwhile). */
+        if (n < batch_size || conn->ring_reading) return PL_READ_DRAINED;
     }
     return PL_READ_MORE;
+}
+
+pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why) {
+    *why = NULL;
+    pl_read_result_t result = PL_READ_DRAINED;
+    int taken = 0;
+    if (!conn->ring_reading) {
+        /* While a switch to the ring is under way, a packet at a time: none behind the switch frame is read out of
+         * turn. */
+        bool switching = atomic_load_explicit(&conn->ring_pending, memory_order_acquire);
+        result = pl_conn_read_socket(conn, buffer, budget, switching ? 1 : PL_READ_BATCH, why, &taken);
+    }
+    if (result != PL_READ_ENDED && conn->ring_reading && taken < budget) {
+        result = pl_conn_read_ring(conn, buffer, budget - taken, why);
+    }
+    if (result == PL_READ_ENDED) return result;
+    /* The peer may have made room in the ring for what waits in our outgoing queue: this side's bell rang. */
+    if (atomic_load_explicit(&conn->backlogged, memory_order_acquire) &&
+        atomic_load_explicit(&conn->ring_writing, memory_order_acquire)) {
+        pl_conn_flush_outgoing(conn);
+    }
+    pl_conn_ring_after_read(conn);
+    return result;
+}
+
+pl_read_result_t pl_conn_read_turn(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why, bool *took,
+                                   uint64_t *packets) {
+    *packets = 0;
+    *took = pthread_mutex_trylock(&conn->read_lock) == 0;
+    if (!*took) {
+        /* The note first, then a second try: either the holder sees the note after it unlocks, or it has unlocked
+         * already and the second try succeeds. */
+        atomic_store_explicit(&conn->read_again, true, memory_order_seq_cst);
+        *took = pthread_mutex_trylock(&conn->read_lock) == 0;
+        if (!*took) return PL_READ_DRAINED;
+    }
+    for (;;) {
+        atomic_store_explicit(&conn->read_again, false, memory_order_relaxed); /* this read covers any note so far */
+        uint64_t before = conn->packets_read;
+        pl_read_result_t result = pl_conn_read_frames(conn, buffer, budget, why);
+        *packets += conn->packets_read - before;
+        if (result == PL_READ_ENDED) return result; /* still locked */
+        pthread_mutex_unlock(&conn->read_lock);
+        if (result == PL_READ_MORE) return result; /* the caller hands the flood on, and the note with it */
+        if (!atomic_load_explicit(&conn->read_again, memory_order_seq_cst)) return result;
+        if (pthread_mutex_trylock(&conn->read_lock) != 0) return result; /* the new holder reads */
+    }
 }

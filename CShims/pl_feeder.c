@@ -12,6 +12,9 @@
  * first watcher with a thread asleep in it: a set's sleeping receiver if there is one, else the transport. A set
  * that is awake still finds the socket readable the next time it looks, and reads what is left.
  *
+ * A connection that moved to its shared-memory ring (pl_conn_ring.c) is watched at its bell as well, under the same
+ * feeder id: the bell says that records came, the socket that a packet with descriptors came, or the end.
+ *
  * How a set learns: a message queued on a port from a connection makes each of the port's sets a watcher of that
  * connection, once. Nothing unlearns it while both live: a set may be woken for frames to another port, reads them
  * and hands them on, as the transport would. The connection's end and the set's destruction each detach the other.
@@ -52,12 +55,16 @@ static void pl_feeder_add(pl_port_set_t *set, pl_conn_t *conn) {
     if (!set->dead && conn->fd >= 0) {
         feeder->conn = conn;
         feeder->id = set->next_fd_id++;
-        if (pl_poller_add_feeder(&set->poller, conn->fd, feeder->id) == PL_OK) {
+        int bell = atomic_load_explicit(&conn->bell_watched, memory_order_acquire);
+        if (pl_poller_add_feeder(&set->poller, conn->fd, feeder->id) == PL_OK &&
+            (bell < 0 || pl_poller_add_bell(&set->poller, bell, feeder->id) == PL_OK)) {
             pl_conn_retain(conn);
             feeder->next = set->feeders;
             set->feeders = feeder;
             set->feeder_count++;
             added = true;
+        } else {
+            pl_poller_remove_fd(&set->poller, conn->fd); /* watched whole or not at all */
         }
     }
     /* A receiver waiting without the poller (it had nothing to watch) must come and watch this. */
@@ -111,6 +118,9 @@ uint32_t pl_feeders_collect_locked(pl_port_set_t *set, const uint64_t *ids, uint
     for (uint32_t i = 0; i < count && found < max; i++) {
         for (pl_feeder_t *f = set->feeders; f != NULL; f = f->next) {
             if (f->id != ids[i] || f->detached) continue;
+            bool twice = false; /* its socket and its bell, both ready */
+            for (uint32_t k = 0; k < found; k++) twice = twice || out[k] == f->conn;
+            if (twice) break;
             pl_conn_retain(f->conn);
             out[found++] = f->conn;
             break;
@@ -121,32 +131,62 @@ uint32_t pl_feeders_collect_locked(pl_port_set_t *set, const uint64_t *ids, uint
 
 void pl_feeder_pump(pl_port_set_t *set, pl_conn_t *conn) {
     uint8_t *buffer = pl_thread_frame_buffer();
-    if (buffer == NULL || pthread_mutex_trylock(&conn->read_lock) != 0) {
-        /* No buffer, or the transport is reading it: the transport it is. */
-        if (buffer == NULL) pl_transport_read(conn);
+    if (buffer == NULL) {
+        pl_transport_read(conn); /* no buffer: the transport it is */
         pl_conn_release(conn);
         return;
     }
     const char *why;
-    uint64_t before = conn->packets_read;
-    pl_read_result_t result = pl_conn_read_frames(conn, buffer, 64, &why);
+    bool took = false;
+    uint64_t packets = 0;
+    pl_read_result_t result = pl_conn_read_turn(conn, buffer, 64, &why, &took, &packets);
     /* What the sets read, the transport need not: while they keep up with a stream, it leaves it to them. */
-    atomic_fetch_add_explicit(&conn->set_packets_read, conn->packets_read - before, memory_order_relaxed);
-    bool ended = result == PL_READ_ENDED;
-    if (ended) {
+    if (took) atomic_fetch_add_explicit(&conn->set_packets_read, packets, memory_order_relaxed);
+    if (took && result == PL_READ_ENDED) {
         /* The transport ends it; meanwhile this poller must stop seeing a socket that stays readable. */
+        int bell = atomic_load_explicit(&conn->bell_watched, memory_order_acquire);
         pthread_mutex_lock(&set->lock);
         for (pl_feeder_t *f = set->feeders; f != NULL; f = f->next) {
             if (f->conn != conn || f->detached) continue;
             pl_poller_remove_fd(&set->poller, conn->fd);
+            if (bell >= 0) pl_poller_remove_fd(&set->poller, bell);
             f->detached = true;
         }
         pthread_mutex_unlock(&set->lock);
+        pthread_mutex_unlock(&conn->read_lock);
+        pl_transport_kill(conn, why);
+    } else if (took && result == PL_READ_MORE) {
+        pl_transport_read(conn); /* a flood: the transport reads on */
     }
-    pthread_mutex_unlock(&conn->read_lock);
-    if (ended) pl_transport_kill(conn, why);
-    else if (result == PL_READ_MORE) pl_transport_read(conn); /* a flood: the transport reads on */
     pl_conn_release(conn);
+}
+
+void pl_feeders_watch_bell(pl_conn_t *conn) {
+    /* The sets, each with a reference, out from under the feeds lock (a leaf: no set lock inside it). A set that
+     * cannot be listed (no memory) reads the ring through the transport, which watches the bell too. */
+    pthread_mutex_lock(&conn->feeds_lock);
+    uint32_t count = 0;
+    for (pl_feed_t *f = conn->feeds; f != NULL; f = f->next) count++;
+    pl_port_set_t **sets = count > 0 ? calloc(count, sizeof *sets) : NULL;
+    uint32_t taken = 0;
+    for (pl_feed_t *f = conn->feeds; f != NULL && sets != NULL; f = f->next) {
+        pl_port_set_retain(f->set);
+        sets[taken++] = f->set;
+    }
+    pthread_mutex_unlock(&conn->feeds_lock);
+    for (uint32_t i = 0; i < taken; i++) {
+        pl_port_set_t *set = sets[i];
+        pthread_mutex_lock(&conn->write_lock); /* keeps the bell open */
+        int bell = atomic_load_explicit(&conn->bell_watched, memory_order_acquire);
+        pthread_mutex_lock(&set->lock);
+        for (pl_feeder_t *f = set->feeders; f != NULL && bell >= 0 && !set->dead; f = f->next) {
+            if (f->conn == conn && !f->detached) pl_poller_add_bell(&set->poller, bell, f->id);
+        }
+        pthread_mutex_unlock(&set->lock);
+        pthread_mutex_unlock(&conn->write_lock);
+        pl_port_set_release(set);
+    }
+    free(sets);
 }
 
 /* ---- detaching --------------------------------------------------------------------------------------- */
@@ -161,6 +201,9 @@ static void pl_feeder_remove(pl_port_set_t *set, pl_conn_t *conn) {
         *link = gone->next;
         set->feeder_count--;
         if (!gone->detached && conn->fd >= 0) pl_poller_remove_fd(&set->poller, conn->fd);
+        /* Removed by hand always: the peer holds the bell open, so closing ours would leave it watched. */
+        int bell = atomic_load_explicit(&conn->bell_watched, memory_order_acquire);
+        if (bell >= 0) pl_poller_remove_fd(&set->poller, bell);
         break;
     }
     pthread_mutex_unlock(&set->lock);

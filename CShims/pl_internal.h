@@ -134,6 +134,8 @@ pl_status_t pl_poller_add_fd(pl_poller_t *poller, int fd, uint64_t id);
 void pl_poller_remove_fd(pl_poller_t *poller, int fd);
 /* Watches a connection's socket for a feeder (pl_feeder.c), exclusively. */
 pl_status_t pl_poller_add_feeder(pl_poller_t *poller, int fd, uint64_t id);
+/* Watches a connection's bell for a feeder (edge-triggered, exclusive; watched already is no error). */
+pl_status_t pl_poller_add_bell(pl_poller_t *poller, int fd, uint64_t id);
 /* Sleeps until a wake-up, a readable member or `deadline` (INT64_MAX: none), or with `nonblocking` only
  * collects what is ready. One thread at a time (the set's `polling` flag). */
 void pl_poller_wait(pl_poller_t *poller, int64_t deadline, bool nonblocking, pl_poll_result_t *result);

@@ -88,6 +88,14 @@ pl_status_t pl_poller_add_feeder(pl_poller_t *poller, int fd, uint64_t id) {
     return epoll_ctl(poller->epoll_fd, EPOLL_CTL_ADD, fd, &event) == 0 ? PL_OK : pl_system_failure("epoll_ctl");
 }
 
+pl_status_t pl_poller_add_bell(pl_poller_t *poller, int fd, uint64_t id) {
+    /* A connection's bell (pl_ring.h) is never read: edge-triggered, each ring is an edge of its own, as for the
+     * poller's wake-up eventfd. Exclusive, as the connection's socket. */
+    struct epoll_event event = { .events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE, .data.u64 = id };
+    if (epoll_ctl(poller->epoll_fd, EPOLL_CTL_ADD, fd, &event) == 0 || errno == EEXIST) return PL_OK;
+    return pl_system_failure("epoll_ctl");
+}
+
 void pl_poller_remove_fd(pl_poller_t *poller, int fd) {
     /* A descriptor closed before its removal has left the epoll set by itself (ENOENT, EBADF): nothing to do. */
     struct epoll_event unused;

@@ -32,6 +32,7 @@
 #define PL_REMOTE_H
 
 #include "pl_internal.h"
+#include "pl_ring.h"
 #include "pl_wire.h"
 
 /* ---- limits (documented in the "Across processes" article) ---- */
@@ -43,6 +44,8 @@
 #define PL_POLL_ANSWER_NS 50000000      /* how long a poll send without credit waits for the owner's answer */
 #define PL_IDLE_PROXY_NS 1000000000LL   /* how long a proxy without rights is kept before it is released */
 #define PL_IDLE_PROXIES_MAX 64u         /* proxies without rights kept per connection; older ones go at once */
+#define PL_RING_OFFER_AFTER 64u         /* frames a client puts, or packets it reads, before it offers the ring */
+#define PL_RING_RETRY_AFTER 4096u       /* and after a refusal, or a failure to make the ring */
 
 /* ---- a small map from u32 handles to pointers (open addressing) ---- */
 
@@ -131,6 +134,8 @@ typedef struct pl_out_frame {
     size_t control_bytes;     /* the part of length that is not MESSAGE frames: in the connection's out_control_bytes */
     int fds[PL_WIRE_MAX_ATTACHMENTS];
     uint32_t fd_count;
+    bool switches;            /* the frame after which this side's frames go by ring (RING_ACCEPT, RING_START) */
+    bool marked;              /* its mark is in the ring: the packet itself goes on the socket next */
     uint8_t bytes[];
 } pl_out_frame_t;
 
@@ -166,7 +171,8 @@ struct pl_conn {
     atomic_bool backlogged;   /* out_head != NULL, readable without the write lock */
     atomic_bool packs;        /* the peer reads several frames from a packet (wire version 3) */
     atomic_bool ended;        /* teardown began: its proxies are dead names, though not all marked yet */
-    uint64_t packets_read;    /* by whoever read (read_lock: every reader holds it) */
+    uint64_t packets_read;    /* by whoever read (read_lock: every reader holds it); ring records count as packets */
+    atomic_bool read_again;   /* a reader found read_lock taken: its holder reads once more before it goes */
     atomic_uint_fast64_t set_packets_read; /* by the sets it feeds: the transport sees whether they keep up */
 
     pthread_mutex_t lock;
@@ -190,6 +196,20 @@ struct pl_conn {
     pthread_mutex_t owed_lock;
     pl_export_t *owed_head;
 
+    /* the shared-memory rings (pl_conn_ring.c) */
+    pl_ring_t *ring;          /* write_lock to set (offered or adopted), freed at teardown; the reader's once reading */
+    uint8_t ring_state;       /* write_lock: how this side's frames go (pl_conn_ring_state_t) */
+    uint32_t frames_put;      /* write_lock: frames to put before the next offer (a client offers once it is busy) */
+    bool hello_sent;          /* write_lock: this side's HELLO went (nothing may go before it, an offer neither) */
+    bool socket_blocked;      /* write_lock: the outgoing queue's head waits for the socket, not the ring */
+    atomic_bool ring_writing; /* ring_state is PL_CONN_RING_WRITING, readable without the write lock */
+    atomic_bool ring_pending; /* a switch is under way: the socket is read a packet at a time until it is done */
+    atomic_bool rings_ok;     /* the peer said version 4 */
+    atomic_int bell_watched;  /* this side's bell, once its readers watch it (-1 before) */
+    bool ring_reading;        /* the reader's: the peer's frames come by ring */
+    uint64_t ring_offer_at;   /* the reader's: a client that has read this many packets offers the ring */
+    bool ring_mark;           /* the reader's: a mark was taken; its packet is the next one on the socket */
+
     /* the transport thread's */
     int64_t last_read_wake;   /* when the transport last woke to read it */
     uint64_t set_read_at_wake;/* set_packets_read then */
@@ -211,6 +231,14 @@ struct pl_conn {
         pl_attachments_t *attachments;
     } rx;
 };
+
+/* How this side's frames go (ring_state). */
+typedef enum pl_conn_ring_state {
+    PL_CONN_RING_NONE,        /* by socket; a client offers the ring once the connection is busy */
+    PL_CONN_RING_OFFERED,     /* a client's: by socket while the service answers the offer */
+    PL_CONN_RING_SWITCHING,   /* by socket until the queued switch frame has gone, then by ring */
+    PL_CONN_RING_WRITING,     /* by ring (a packet with descriptors: a mark in the ring, the packet on the socket) */
+} pl_conn_ring_state_t;
 
 pl_conn_t *pl_conn_new(int fd, bool accepted); /* NULL: out of memory (fd untouched) */
 void pl_conn_retain(pl_conn_t *conn);
@@ -250,6 +278,12 @@ typedef enum pl_read_result {
 #define PL_READ_BATCH 4
 /* Reads and handles up to about `budget` frames (read_lock held) into `buffer` (PL_READ_BATCH frames' room). */
 pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why);
+/* A woken reader's turn: takes read_lock and reads, or, when another reader holds it, leaves that reader a note to
+ * read once more before it lets go (a bell is an edge: what woke this thread must not be lost), and returns with
+ * *took false. With PL_READ_ENDED it returns holding read_lock (the caller lets go of the connection's watches,
+ * unlocks, then ends it); otherwise unlocked. *packets: packets read in the turn. */
+pl_read_result_t pl_conn_read_turn(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why, bool *took,
+                                   uint64_t *packets);
 
 /* Handles one received frame (the reader). false: the peer broke the protocol (reason set). */
 bool pl_conn_receive_frame(pl_conn_t *conn, const uint8_t *packet, size_t length, int *fds, uint32_t fd_count,
@@ -260,6 +294,37 @@ bool pl_conn_receive_packet(pl_conn_t *conn, const uint8_t *packet, size_t lengt
                             const char **reason);
 /* Ends the connection: proxies become dead names, exports are dropped, waiters wake. The transport thread. */
 void pl_conn_teardown(pl_conn_t *conn, const char *why);
+
+/* ---- the shared-memory rings (pl_conn_ring.c) ---- */
+
+/* One sendmsg of a whole frame, descriptors beside it. 1: sent; 0: the socket is full; -1: the connection is
+ * broken (errno set). */
+int pl_conn_sendmsg(int fd, const uint8_t *head, size_t head_length, const uint8_t *body, size_t body_length,
+                    const int *fds, uint32_t fd_count);
+/* Writes a packet by ring (write_lock held, ring_state PL_CONN_RING_WRITING): a record, or for a packet with
+ * descriptors a mark (*marked once it is in) and the packet on the socket. 1: written; 0: it waits, for room in
+ * the ring or, with socket_blocked set, for the socket; -1: the socket failed (errno); -2: the peer broke the ring
+ * (the connection is being ended). */
+int pl_conn_ring_write_locked(pl_conn_t *conn, const uint8_t *head, size_t head_length, const uint8_t *body,
+                              size_t body_length, const int *fds, uint32_t fd_count, bool *marked);
+/* A client offers the ring (write_lock held) once it has put enough frames, or at once if the process asked. */
+void pl_conn_ring_maybe_offer_locked(pl_conn_t *conn);
+/* The reader's side of the RING_ frames. false: the peer broke the protocol (*reason). */
+bool pl_conn_ring_receive(pl_conn_t *conn, const pl_wire_frame_t *frame, int *fds, const char **reason);
+/* A client that has read enough offers the ring too (the reader; no lock held). */
+void pl_conn_ring_after_read(pl_conn_t *conn);
+/* A client in a process that wants rings always offers once the service's hello is in (the reader). */
+void pl_conn_ring_after_hello(pl_conn_t *conn);
+/* Reads up to `budget` packets from the socket, `batch` a system call (the reader): as pl_conn_read_frames, and
+ * *taken says how many it handled. */
+pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budget, int batch, const char **why,
+                                     int *taken);
+/* Reads the ring (the reader, ring_reading): as pl_conn_read_frames. */
+pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why);
+/* Frees the ring at the connection's end (the reader's lock held, writers stopped). */
+void pl_conn_ring_teardown(pl_conn_t *conn);
+/* Connections of this process whose frames come by ring (a statistic). */
+uint32_t pl_remote_ring_count(void);
 
 /* ---- exports and credit (pl_credit.c) ---- */
 
@@ -353,6 +418,8 @@ typedef struct pl_feed {
 
 /* A message from `conn` was queued on `port`: the port's sets watch the connection from now on. */
 void pl_feeder_learn(pl_port_t *port, pl_conn_t *conn);
+/* The connection's bell is to be watched: every set it feeds adds it to its poller. */
+void pl_feeders_watch_bell(pl_conn_t *conn);
 /* The connection ends: every set it feeds forgets it (before its socket is closed). */
 void pl_feeders_detach_conn(pl_conn_t *conn);
 /* A buffer of PL_READ_BATCH frames for the calling thread (freed with the thread), or NULL. */

@@ -34,6 +34,7 @@
 #define PL_TAG_CONN 1u
 #define PL_TAG_SERVICE 2u
 #define PL_TAG_CONN_OUT 3u  /* a connection's duplicate, watched for room to write */
+#define PL_TAG_CONN_BELL 4u /* a connection's bell, once its frames come by ring (pl_conn_ring.c) */
 #define PL_FRAMES_PER_WAKE 64
 #define PL_STREAM_GAP_NS 1000000LL /* a wake-up to read this soon after the last one finds a stream */
 #define PL_REST_NS 1000000LL       /* how long a streaming connection is left to the sets it feeds */
@@ -89,6 +90,7 @@ static void pl_transport_after_fork_child(void) {
             conn->dead = true; /* its locks may be held by threads that do not exist here: nothing is taken */
             if (conn->fd >= 0) close(conn->fd);
             conn->fd = -1;
+            pl_ring_forget_in_child(conn->ring);
         }
         for (pl_service_t *service = T.services; service != NULL; service = service->next) {
             if (service->listen_fd >= 0) close(service->listen_fd);
@@ -246,19 +248,40 @@ static struct epoll_event pl_conn_watch(pl_conn_t *conn) {
     return (struct epoll_event){ .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN };
 }
 
-/* Puts the transport's watch of the connection at the back of the socket's queue. false: it could not be added
- * (no memory, or the user's epoll watches are used up), and the connection is not watched. */
+/* The same for its bell, once its frames come by ring: edge-triggered, since a bell is never read. */
+static struct epoll_event pl_bell_watch(pl_conn_t *conn) {
+    return (struct epoll_event){ .events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
+                                 .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN_BELL };
+}
+
+/* Puts the transport's watch of the connection at the back of the socket's queue (and of the bell's). false: it
+ * could not be added (no memory, or the user's epoll watches are used up), and the connection is not watched. */
 static bool pl_watch_at_back(pl_conn_t *conn) {
     bool watched = true;
-    pthread_mutex_lock(&conn->write_lock); /* keeps the descriptor open */
+    pthread_mutex_lock(&conn->write_lock); /* keeps the descriptors open */
+    int bell = atomic_load_explicit(&conn->bell_watched, memory_order_acquire);
     if (conn->fd >= 0 && T.epoll_fd >= 0) {
         struct epoll_event event = pl_conn_watch(conn);
         epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, conn->fd, NULL);
         /* level-triggered: readiness now is not lost */
         watched = epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, conn->fd, &event) == 0 || errno == EEXIST;
     }
+    if (watched && bell >= 0 && T.epoll_fd >= 0) {
+        /* An edge that came while it was not watched is not lost either: adding a rung bell reports it. */
+        struct epoll_event event = pl_bell_watch(conn);
+        epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, bell, NULL);
+        watched = epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, bell, &event) == 0 || errno == EEXIST;
+    }
     pthread_mutex_unlock(&conn->write_lock);
     return watched;
+}
+
+/* Takes the transport's watches of a connection away (write_lock held). The bell always by hand: the peer holds it
+ * open, so closing ours would not take it out of the epoll. */
+static void pl_unwatch_locked(pl_conn_t *conn) {
+    int bell = atomic_load_explicit(&conn->bell_watched, memory_order_acquire);
+    if (conn->fd >= 0) epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, conn->fd, NULL);
+    if (bell >= 0) epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, bell, NULL);
 }
 
 void pl_transport_rewatch(pl_conn_t *conn) { (void)pl_watch_at_back(conn); }
@@ -360,7 +383,7 @@ static void pl_transport_end(pl_conn_t *conn, const char *why) {
     if (!found) return; /* ended already */
     pthread_mutex_lock(&conn->read_lock); /* a set's receiver reading it finishes first */
     pthread_mutex_lock(&conn->write_lock);
-    if (conn->fd >= 0) epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, conn->fd, NULL);
+    pl_unwatch_locked(conn);
     if (conn->out_fd >= 0) epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, conn->out_fd, NULL);
     pthread_mutex_unlock(&conn->write_lock);
     if (conn->service != NULL) conn->service->connections--;
@@ -423,8 +446,8 @@ static bool pl_feeds_sets(pl_conn_t *conn) {
 }
 
 static void pl_unwatch(pl_conn_t *conn) {
-    pthread_mutex_lock(&conn->write_lock); /* keeps the descriptor open */
-    if (conn->fd >= 0) epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, conn->fd, NULL);
+    pthread_mutex_lock(&conn->write_lock); /* keeps the descriptors open */
+    pl_unwatch_locked(conn);
     pthread_mutex_unlock(&conn->write_lock);
 }
 
@@ -522,6 +545,10 @@ static void pl_run_commands(void) {
             pthread_mutex_lock(&command->conn->read_lock); /* exports are freed by the reader only */
             pl_export_drop_if_unused(command->conn, command->handle);
             pthread_mutex_unlock(&command->conn->read_lock);
+            /* A reader woken meanwhile left the reading to the holder: this thread (see pl_conn_read_turn). */
+            if (atomic_load_explicit(&command->conn->read_again, memory_order_seq_cst)) {
+                pl_read_conn(command->conn, pl_thread_frame_buffer());
+            }
             break;
         case PL_CMD_READ:
             /* A reader handed over a flood: on a resting connection, the watch must report what is left. */
@@ -555,13 +582,19 @@ static void pl_run_commands(void) {
 }
 
 static pl_read_result_t pl_read_conn(pl_conn_t *conn, uint8_t *buffer) {
-    /* A set's receiver reading it already reads what woke us too. */
-    if (pthread_mutex_trylock(&conn->read_lock) != 0) return PL_READ_DRAINED;
+    /* A set's receiver reading it already reads what woke us too (pl_conn_read_turn leaves it a note). */
     const char *why;
-    pl_read_result_t result = pl_conn_read_frames(conn, buffer, PL_FRAMES_PER_WAKE, &why);
-    pthread_mutex_unlock(&conn->read_lock);
-    if (result == PL_READ_ENDED) pl_transport_end(conn, why);
-    /* PL_READ_MORE: the socket stays readable and the next wait reports it again (unless the connection rests). */
+    bool took = false;
+    uint64_t packets = 0;
+    pl_read_result_t result = pl_conn_read_turn(conn, buffer, PL_FRAMES_PER_WAKE, &why, &took, &packets);
+    if (!took) return PL_READ_DRAINED;
+    if (result == PL_READ_ENDED) {
+        pthread_mutex_unlock(&conn->read_lock);
+        pl_transport_end(conn, why);
+    }
+    /* PL_READ_MORE: a flood. The next wait would report a socket that stays readable, but a bell is an edge: the
+     * transport asks itself to read on, after whatever else woke it. */
+    if (result == PL_READ_MORE) pl_transport_read(conn);
     return result;
 }
 

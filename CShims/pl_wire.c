@@ -90,8 +90,8 @@ static bool pl_decode_hello(const uint8_t *body, size_t size, pl_wire_frame_t *f
         *reason = "hello: unsupported version"; return false;
     }
     if (hello->status > PL_HELLO_FULL) { *reason = "hello: unknown status"; return false; }
-    /* Frames of versions 1 to 3 are at most PL_WIRE_MAX_FRAME bytes either way; the field lets a later version differ. */
-    if (hello->max_frame != PL_WIRE_MAX_FRAME) { *reason = "hello: a largest frame versions 1 to 3 do not use"; return false; }
+    /* Frames of versions 1 to 4 are at most PL_WIRE_MAX_FRAME bytes either way; the field lets a later version differ. */
+    if (hello->max_frame != PL_WIRE_MAX_FRAME) { *reason = "hello: a largest frame versions 1 to 4 do not use"; return false; }
     if (!pl_right_valid(body + 12, true, false, false, reason)) return false;
     hello->bootstrap = pl_read_right(body + 12);
     if (hello->bootstrap.kind == PL_RIGHT_YOURS) { *reason = "hello: bootstrap names a right of the receiver"; return false; }
@@ -262,6 +262,24 @@ static bool pl_decode_status(const uint8_t *body, size_t size, pl_wire_frame_t *
     return true;
 }
 
+/* The ring frames: an offer carries the ring size and exactly two descriptors (the memfd, the client's bell), an
+ * acceptance one (the service's bell), the others nothing. */
+static bool pl_decode_ring(const uint8_t *body, size_t size, uint8_t type, uint8_t flags, uint32_t fd_count,
+                           pl_wire_frame_t *frame, const char **reason) {
+    bool offer = type == PL_FRAME_RING_OFFER;
+    uint32_t fds = offer ? 2 : (type == PL_FRAME_RING_ACCEPT ? 1 : 0);
+    if (flags != 0) { *reason = "ring: flags set"; return false; }
+    if (size != (offer ? 8u : 0u)) { *reason = "ring: wrong size"; return false; }
+    if (fd_count != fds) { *reason = "ring: wrong number of descriptors"; return false; }
+    frame->u.ring.ring_bytes = offer ? pl_get32(body) : 0;
+    if (offer && pl_get32(body + 4) != 0) { *reason = "ring: reserved bytes not zero"; return false; }
+    if (offer && (frame->u.ring.ring_bytes == 0 || frame->u.ring.ring_bytes % 8 != 0)) {
+        *reason = "ring: a ring size no ring has";
+        return false;
+    }
+    return true;
+}
+
 size_t pl_wire_frame_length(const uint8_t *bytes, size_t remaining) {
     if (remaining < PL_WIRE_HEADER_SIZE) return 0;
     uint32_t length = pl_get32(bytes + 4);
@@ -279,7 +297,9 @@ bool pl_wire_decode(const uint8_t *packet, size_t length, uint32_t fd_count, pl_
     frame->flags = packet[1];
     if (pl_get16(packet + 2) != 0) { *reason = "frame: reserved bytes not zero"; return false; }
     if (pl_get32(packet + 4) != length) { *reason = "frame: length differs from the packet's"; return false; }
-    if (frame->type != PL_FRAME_MESSAGE && fd_count != 0) { *reason = "frame: descriptors beside a control frame"; return false; }
+    bool takes_fds = frame->type == PL_FRAME_MESSAGE || frame->type == PL_FRAME_RING_OFFER ||
+                     frame->type == PL_FRAME_RING_ACCEPT;
+    if (!takes_fds && fd_count != 0) { *reason = "frame: descriptors beside a control frame"; return false; }
     const uint8_t *body = packet + PL_WIRE_HEADER_SIZE;
     size_t size = length - PL_WIRE_HEADER_SIZE;
     switch (frame->type) {
@@ -291,6 +311,8 @@ bool pl_wire_decode(const uint8_t *packet, size_t length, uint32_t fd_count, pl_
     case PL_FRAME_CREDIT: case PL_FRAME_WANT: case PL_FRAME_RECLAIM:
     case PL_FRAME_RETURN: case PL_FRAME_RELEASE: case PL_FRAME_DEAD: case PL_FRAME_ONCE_GONE:
         return pl_decode_control(body, size, frame->type, frame->flags, frame, reason);
+    case PL_FRAME_RING_OFFER: case PL_FRAME_RING_ACCEPT: case PL_FRAME_RING_REFUSE: case PL_FRAME_RING_START:
+        return pl_decode_ring(body, size, frame->type, frame->flags, fd_count, frame, reason);
     case PL_FRAME_PROBE: case PL_FRAME_STATUS:
         if (frame->flags != 0) { *reason = frame->type == PL_FRAME_PROBE ? "probe: flags set" : "status: flags set"; return false; }
         return frame->type == PL_FRAME_PROBE ? pl_decode_probe(body, size, frame, reason)
@@ -339,6 +361,16 @@ size_t pl_wire_encode_control(uint8_t *out, pl_frame_type_t type, uint32_t handl
         pl_put32(body + 4, count_or_flags);
         size = 8;
         break;
+    }
+    pl_write_header(out, (uint8_t)type, 0, PL_WIRE_HEADER_SIZE + size);
+    return PL_WIRE_HEADER_SIZE + size;
+}
+
+size_t pl_wire_encode_ring(uint8_t *out, pl_frame_type_t type, uint32_t ring_bytes) {
+    size_t size = type == PL_FRAME_RING_OFFER ? 8 : 0;
+    if (size > 0) {
+        pl_put32(out + PL_WIRE_HEADER_SIZE, ring_bytes);
+        pl_put32(out + PL_WIRE_HEADER_SIZE + 4, 0);
     }
     pl_write_header(out, (uint8_t)type, 0, PL_WIRE_HEADER_SIZE + size);
     return PL_WIRE_HEADER_SIZE + size;

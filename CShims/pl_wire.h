@@ -11,8 +11,10 @@
  * doing (or just for an echo, timing the round trip). Version 3 adds send-once rights (a reply right flagged
  * PL_RIGHT_ONCE, a MESSAGE flagged PL_FRAME_ONCE that uses one up, ONCE_GONE for one released unused), the
  * OUT_OF_LINE message flag (the payload travels as a sealed memfd beside the frame, not in it) and packed
- * packets; a side sends these only to a peer that said version 3. The whole layout, with the reasons, is in the
- * documentation's "The wire" article.
+ * packets; a side sends these only to a peer that said version 3. Version 4 adds the shared-memory rings
+ * (pl_ring.h): RING_OFFER, RING_ACCEPT, RING_REFUSE and RING_START move a busy connection's frames from the socket
+ * into memory both processes map. The whole layout, with the reasons, is in the documentation's "The wire"
+ * article.
  *
  * Rights are named by handles: small numbers that the port's owner gave out on this connection, valid on it
  * only. Descriptors travel as SCM_RIGHTS beside the packet and are named by their index there.
@@ -29,10 +31,11 @@
 #include <stdint.h>
 
 #define PL_WIRE_MAGIC 0x50494c50u      /* the bytes "PLIP" */
-#define PL_WIRE_VERSION 3u           /* what this side says in its HELLO */
+#define PL_WIRE_VERSION 4u           /* what this side says in its HELLO */
 #define PL_WIRE_VERSION_MIN 1u       /* the oldest a peer may say: version 1 has everything but PROBE / STATUS */
 #define PL_WIRE_VERSION_PACKED 3u    /* from version 3 a packet without descriptors may hold several frames */
 #define PL_WIRE_VERSION_OUT_OF_LINE 3u /* the first version whose peers take PL_FRAME_OUT_OF_LINE messages */
+#define PL_WIRE_VERSION_RING 4u      /* the first version whose peers move frames through shared-memory rings */
 #define PL_WIRE_MAX_FRAME 65536u       /* largest frame either side sends or accepts, header included */
 #define PL_WIRE_MAX_ATTACHMENTS 64u    /* rights and descriptors per message, the reply right not counted */
 #define PL_WIRE_HANDLE_NONE 0xffffffffu /* never a handle, nor is 0: handles are 1 … 2^32 - 2 */
@@ -56,6 +59,10 @@ typedef enum pl_frame_type {
     PL_FRAME_PROBE = 9,    /* client → service (version 2): how is the service? answer `seq`, echo `echo` bytes */
     PL_FRAME_STATUS = 10,  /* service → client (version 2): the answer to PROBE `seq` */
     PL_FRAME_ONCE_GONE = 11, /* holder → owner (version 3): a send-once right for `handle` was released unused */
+    PL_FRAME_RING_OFFER = 12,  /* client → service (version 4): the rings' memfd and the client's bell, beside it */
+    PL_FRAME_RING_ACCEPT = 13, /* service → client (version 4): the service's bell beside it; its frames go by ring */
+    PL_FRAME_RING_REFUSE = 14, /* service → client (version 4): not now; the client may offer again later */
+    PL_FRAME_RING_START = 15,  /* client → service (version 4): the client's frames go by ring from here on */
 } pl_frame_type_t;
 
 /* MESSAGE flags */
@@ -140,6 +147,7 @@ typedef struct pl_wire_frame {
         pl_wire_probe_t probe;
         pl_wire_status_t status;
         struct { uint32_t handle, count, flags, transfers; } control; /* CREDIT … DEAD, ONCE_GONE */
+        struct { uint32_t ring_bytes; } ring; /* RING_OFFER: each direction's ring size; the other RING_ frames: 0 */
     } u;
 } pl_wire_frame_t;
 
@@ -163,6 +171,10 @@ pl_wire_right_t pl_wire_right_at(const pl_wire_message_t *message, uint32_t i);
 size_t pl_wire_encode_hello(uint8_t *out, uint32_t version, uint32_t status, pl_wire_right_t bootstrap);
 size_t pl_wire_encode_control(uint8_t *out, pl_frame_type_t type, uint32_t handle, uint32_t count_or_flags,
                               uint32_t transfers);
+
+/* A RING_ frame: RING_OFFER with each direction's ring size (the memfd and the bell go beside it), the others
+ * with 0 (RING_ACCEPT with the service's bell beside it). */
+size_t pl_wire_encode_ring(uint8_t *out, pl_frame_type_t type, uint32_t ring_bytes);
 
 /* PROBE and STATUS with their zero padding (`padding` bytes after the fixed part; out must have the room). */
 size_t pl_wire_encode_probe(uint8_t *out, uint32_t seq, uint32_t echo, uint32_t padding);

@@ -680,6 +680,21 @@ void pl_remote_stats(uint32_t *out_connections, uint32_t *out_exports, uint32_t 
 int pl_stream_packing(void);
 void pl_set_stream_packing(int on);
 
+/** When a connection to another process moves its frames into shared-memory rings (wire version 4 on both sides):
+ *  PL_RINGS_WHEN_BUSY (the default) once it has carried 64 frames, PL_RINGS_ALWAYS as soon as it is made,
+ *  PL_RINGS_NEVER not at all (the socket carries everything; a service that says never declines every offer). The
+ *  default comes from $PORTLOOP_SHARED_RINGS ("always", "never", anything else: when busy) when it is read first.
+ *  A ring costs 260 KiB of shared memory and two eventfds per connection, in each process. Process-wide; it applies
+ *  to connections as they decide, so set it before looking services up. */
+#define PL_RINGS_NEVER 0
+#define PL_RINGS_WHEN_BUSY 1
+#define PL_RINGS_ALWAYS 2
+int pl_shared_rings(void);
+void pl_set_shared_rings(int mode);
+
+/** Connections of this process whose peer's frames come through a shared-memory ring. A statistic. */
+uint32_t pl_remote_ring_count(void);
+
 /** Frames this process received packed behind another in one packet, since it started: a sender that streams
  *  packs its backlog (wire version 3). A statistic, for tests and benchmarks. */
 uint64_t pl_remote_packed_frames(void);

@@ -16,9 +16,11 @@
 //       --paused: the loop starts only when a line arrives on stdin. --activated: LISTEN_PID is this process
 //       (a test's stand-in for systemd, which sets it after fork). --refuse: a policy that admits nobody (not even
 //       this user or root), so every look-up is refused.
-//   client DIR NAME THREADS COUNT
+//   client DIR NAME THREADS COUNT [--fds] [--stay]
 //       looks NAME up; THREADS threads each send COUNT messages id 8 with payload "pid thread seq", waiting
-//       forever for room; prints `sent N` when all are sent.
+//       forever for room; prints `sent N` when all are sent. --fds: every third message (seq divisible by 3)
+//       carries a descriptor, /dev/null. --stay: then prints `rings N` (CrossProcessStatistics'
+//       sharedRingConnections) and exits only when a line arrives on stdin.
 //   stream DIR NAME COUNT [SIZE] [--pack] [--exit-now]
 //       looks NAME up, prints `ready` and waits for a line on stdin; then one thread sends COUNT messages id 8
 //       back to back, payload "pid 0 seq" padded with spaces to SIZE bytes (default 16), waiting forever for room;
@@ -277,7 +279,13 @@ case "client":
         Thread.detachNewThread {
             for seq in 0..<count {
                 do {
-                    try service.send(id: 8, bytes: Array("\(pid) \(thread) \(seq)".utf8))
+                    var attachments: [MessageAttachment] = []
+                    if flags.contains("--fds"), seq % 3 == 0 {
+                        let fd = open("/dev/null", O_RDONLY | O_CLOEXEC)
+                        guard fd >= 0 else { throw PortError.systemCallFailed(call: "open", errno: errno) }
+                        attachments.append(.fileDescriptor(MessageDescriptor(adopting: fd)))
+                    }
+                    try service.send(id: 8, bytes: Array("\(pid) \(thread) \(seq)".utf8), attachments: attachments)
                 } catch {
                     lock.lock(); failures.append("\(thread)/\(seq): \(error)"); lock.unlock()
                     break
@@ -289,6 +297,10 @@ case "client":
     group.wait()
     if let first = failures.first { fail("send \(first)") }
     say("sent \(threads * count)")
+    if flags.contains("--stay") {
+        say("rings \(CrossProcessStatistics.current.sharedRingConnections)")
+        _ = readLine()
+    }
     exit(0)
 
 case "stream":

@@ -77,6 +77,9 @@ static void check_round_trip(const uint8_t *packet, size_t length, const pl_wire
         n = pl_wire_encode_control(again, PL_FRAME_RELEASE, frame->u.control.handle, frame->u.control.count,
                                    frame->u.control.transfers);
         break;
+    case PL_FRAME_RING_OFFER: case PL_FRAME_RING_ACCEPT: case PL_FRAME_RING_REFUSE: case PL_FRAME_RING_START:
+        n = pl_wire_encode_ring(again, (pl_frame_type_t)frame->type, frame->u.ring.ring_bytes);
+        break;
     default:
         n = pl_wire_encode_control(again, frame->type, frame->u.control.handle, frame->u.control.count, 0);
         break;

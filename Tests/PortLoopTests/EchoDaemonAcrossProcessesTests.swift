@@ -118,6 +118,10 @@ struct EchoDaemonAcrossProcessesTests {
         #expect(eventually(within: 60) { daemon.stdout.split(separator: "\n").contains {
             $0.hasPrefix("[") && !$0.contains("total           0")
         } }, "\(daemon.transcript)")
+        // Both client processes connected (and this one): stopped before the second had looked the name up, it
+        // would count its failed look-ups as failures, not as a service that stopped.
+        let watcher = try space.namespace.lookUp("echod-ipc")
+        #expect(eventually(within: 60) { ((try? watcher.serviceStatus())?.connections ?? 0) >= 3 })
         kill(daemon.pid, SIGTERM)
         #expect(daemon.waitForExit(seconds: 60) == 0, "\(daemon.transcript)")
         #expect(load.waitForExit(seconds: 60) == 75, "\(load.transcript)")

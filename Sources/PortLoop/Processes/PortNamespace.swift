@@ -166,6 +166,8 @@ public struct CrossProcessStatistics: Sendable, Hashable {
     /// feeds instead of reading it as well: while a loop keeps up with a connection, the loop alone reads it
     /// (one thread woken per packet, not two); what the loop leaves, the transport reads within milliseconds.
     public let transportRests: Int
+    /// Connections whose peer's messages come through a shared-memory ring (see ``SharedRingPolicy``).
+    public let sharedRingConnections: Int
 
     /// The counts now.
     public static var current: CrossProcessStatistics {
@@ -173,6 +175,7 @@ public struct CrossProcessStatistics: Sendable, Hashable {
         pl_remote_stats(&connections, &exports, &imports)
         return CrossProcessStatistics(connections: Int(connections), exportedRights: Int(exports),
                                       importedRights: Int(imports), packedFramesReceived: Int(pl_remote_packed_frames()),
-                                      transportRests: Int(pl_remote_transport_rests()))
+                                      transportRests: Int(pl_remote_transport_rests()),
+                                      sharedRingConnections: Int(pl_remote_ring_count()))
     }
 }

@@ -1,0 +1,370 @@
+/*
+ * pl_ring.c — a connection's shared-memory rings (see pl_ring.h for what they are and why).
+ *
+ * The memfd holds a header page, then the client-to-service ring, then the service-to-client ring. Each ring has
+ * its writer's index (`tail`) and its reader's (`head`) on cache lines of their own; both count bytes ever put or
+ * taken, modulo 2^32, so `tail - head` is what waits and never exceeds the ring's size when both sides keep the
+ * rules. A record is 8-byte aligned and never wraps: a writer that reaches the end with too little room left pads
+ * the rest (a PAD record) and goes on at the start.
+ *
+ * Each side keeps its own indices in private memory and treats the shared copies of the other side's as claims
+ * to be checked: the writer trusts only its own tail, the reader only its own head.
+ *
+ * Memory order: the writer stores its tail after the record's bytes (release), the reader loads it before reading
+ * them (acquire), and likewise the other way for head. Arming and asking for room are Dekker pairs: each side
+ * stores its flag, then loads the other's index, both sequentially consistent, so that one of the two always sees
+ * the other.
+ */
+#define _GNU_SOURCE /* memfd_create, F_ADD_SEALS */
+#include "pl_ring.h"
+#include "pl_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PL_RING_MAGIC 0x474e5252u /* "RRNG" */
+#define PL_RING_LAYOUT 1u
+#define PL_RING_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+enum { PL_RECORD_PACKET = 1, PL_RECORD_MARK = 2, PL_RECORD_PAD = 3 };
+
+/* One direction's shared words. */
+typedef struct pl_ring_side {
+    _Alignas(64) _Atomic uint32_t tail;          /* the writer's: bytes put */
+    _Alignas(64) _Atomic uint32_t head;          /* the reader's: bytes taken */
+    _Alignas(64) _Atomic uint32_t reader_armed;  /* 1: the reader stopped looking; ring its bell for the next record */
+    _Atomic uint32_t writer_waiting;             /* 1: the writer found no room; ring its bell once there is some */
+} pl_ring_side_t;
+
+typedef struct pl_ring_shared {
+    uint32_t magic, layout, ring_bytes, reserved;
+    _Alignas(64) pl_ring_side_t side[2];         /* [0] client to service, [1] service to client */
+} pl_ring_shared_t;
+
+_Static_assert(sizeof(pl_ring_shared_t) <= PL_RING_HEADER_BYTES, "the shared header fits its page");
+/* The largest record fits an empty ring wherever its indices stand: the writer pads to the end first, then starts
+ * at the beginning. */
+_Static_assert(PL_RING_BYTES % 8 == 0 && PL_RING_BYTES >= PL_WIRE_MAX_FRAME + PL_RING_RECORD_HEADER,
+               "a ring holds the largest record");
+
+struct pl_ring {
+    uint8_t *map;
+    pl_ring_side_t *out, *in;
+    uint8_t *out_data, *in_data;
+    uint32_t out_tail;        /* what this side has put: the authority (the shared tail is a copy) */
+    uint32_t out_head_seen;   /* the reader's head as last read: reread only when room seems short */
+    uint32_t in_head;         /* what this side has taken: the authority */
+    uint32_t in_head_shared;  /* the head last stored where the writer sees it */
+    int bell, peer_bell;
+};
+
+static uint32_t pl_align8(uint32_t n) { return (n + 7u) & ~7u; }
+
+static void pl_ring_bell_ring(int fd) {
+    if (fd < 0) return;
+    uint64_t one = 1;
+    ssize_t n;
+    do { n = write(fd, &one, sizeof one); } while (n < 0 && errno == EINTR);
+    /* EAGAIN would need 2^64 - 2 rings; anything else is a peer's bell gone bad, and its side is its own. */
+}
+
+static pl_ring_t *pl_ring_new(uint8_t *map, bool client, int bell) {
+    pl_ring_t *ring = calloc(1, sizeof *ring);
+    if (ring == NULL) return NULL;
+    pl_ring_shared_t *shared = (pl_ring_shared_t *)map;
+    uint8_t *data0 = map + PL_RING_HEADER_BYTES, *data1 = data0 + PL_RING_BYTES;
+    ring->map = map;
+    ring->out = &shared->side[client ? 0 : 1];
+    ring->in = &shared->side[client ? 1 : 0];
+    ring->out_data = client ? data0 : data1;
+    ring->in_data = client ? data1 : data0;
+    ring->bell = bell;
+    ring->peer_bell = -1;
+    return ring;
+}
+
+static void pl_close_quietly(int fd) {
+    if (fd < 0) return;
+    int saved = errno;
+    close(fd);
+    errno = saved;
+}
+
+pl_status_t pl_ring_create(pl_ring_t **out, int *out_memfd, int *out_bell) {
+    *out = NULL;
+    *out_memfd = *out_bell = -1;
+    pl_status_t status = PL_OK;
+    uint8_t *map = MAP_FAILED;
+    int bell = -1;
+    int fd = memfd_create("portloop-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        status = pl_system_failure("memfd_create");
+    } else if (ftruncate(fd, PL_RING_MAP_BYTES) != 0) {
+        status = pl_system_failure("ftruncate(memfd)");
+    } else if (fcntl(fd, F_ADD_SEALS, PL_RING_SEALS) != 0) {
+        status = pl_system_failure("fcntl(F_ADD_SEALS)");
+    } else if ((map = mmap(NULL, PL_RING_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+        status = pl_system_failure("mmap(ring)");
+    } else if ((bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+        status = pl_system_failure("eventfd");
+    }
+    pl_ring_t *ring = NULL;
+    if (status == PL_OK) {
+        /* A child of fork() does not get the mapping: it could not use the connection, and must not write into it. */
+        madvise(map, PL_RING_MAP_BYTES, MADV_DONTFORK);
+        pl_ring_shared_t *shared = (pl_ring_shared_t *)map;
+        shared->magic = PL_RING_MAGIC;
+        shared->layout = PL_RING_LAYOUT;
+        shared->ring_bytes = PL_RING_BYTES;
+        ring = pl_ring_new(map, true, bell);
+        if (ring == NULL) status = PL_ERR_NO_MEMORY;
+    }
+    if (status != PL_OK) {
+        if (map != MAP_FAILED) munmap(map, PL_RING_MAP_BYTES);
+        pl_close_quietly(bell);
+        pl_close_quietly(fd);
+        return status;
+    }
+    *out = ring;
+    *out_memfd = fd;
+    *out_bell = bell;
+    return PL_OK;
+}
+
+pl_ring_t *pl_ring_adopt(int memfd, int *out_bell, bool *peer_fault, const char **reason) {
+    *out_bell = -1;
+    *peer_fault = true;
+    /* Without the shrink seal the peer could truncate the file under our mapping, and reading it would kill this
+     * process with SIGBUS. F_GET_SEALS works only on memory files. */
+    int seals = fcntl(memfd, F_GET_SEALS);
+    struct stat st;
+    if (seals < 0) {
+        *reason = "ring: the offered descriptor is not a memfd";
+        return NULL;
+    }
+    if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW)) {
+        *reason = "ring: the offered memfd is not sealed against shrinking and growing";
+        return NULL;
+    }
+    if (fstat(memfd, &st) != 0 || st.st_size != (off_t)PL_RING_MAP_BYTES) {
+        *reason = "ring: the offered memfd is not the ring's size";
+        return NULL;
+    }
+    *peer_fault = false;
+    uint8_t *map = mmap(NULL, PL_RING_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    if (map == MAP_FAILED) {
+        *reason = "ring: no address space to map it";
+        return NULL;
+    }
+    madvise(map, PL_RING_MAP_BYTES, MADV_DONTFORK);
+    pl_ring_shared_t *shared = (pl_ring_shared_t *)map;
+    if (shared->magic != PL_RING_MAGIC || shared->layout != PL_RING_LAYOUT || shared->ring_bytes != PL_RING_BYTES) {
+        munmap(map, PL_RING_MAP_BYTES);
+        *peer_fault = true;
+        *reason = "ring: the offered memfd does not hold a ring of this layout";
+        return NULL;
+    }
+    int bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    pl_ring_t *ring = bell < 0 ? NULL : pl_ring_new(map, false, bell);
+    if (ring == NULL) {
+        munmap(map, PL_RING_MAP_BYTES);
+        pl_close_quietly(bell);
+        *reason = "ring: no descriptor or memory for it";
+        return NULL;
+    }
+    *out_bell = bell;
+    return ring;
+}
+
+bool pl_ring_take_peer_bell(pl_ring_t *ring, int fd, const char **reason) {
+    /* Written to by this process: it must be an eventfd (anything else could block, or mean something else), and
+     * not block. /proc names the kind; without /proc, an anonymous inode that takes no type is as close as fstat
+     * comes. */
+    struct stat st;
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || (flags & O_NONBLOCK) == 0 || fstat(fd, &st) != 0 || (st.st_mode & S_IFMT) != 0) {
+        *reason = "ring: the peer's bell is not a nonblocking eventfd";
+        return false;
+    }
+    char path[64], target[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    if (n >= 0) {
+        target[n] = '\0';
+        if (strcmp(target, "anon_inode:[eventfd]") != 0) {
+            *reason = "ring: the peer's bell is not an eventfd";
+            return false;
+        }
+    }
+    ring->peer_bell = fd;
+    return true;
+}
+
+int pl_ring_bell(const pl_ring_t *ring) { return ring->bell; }
+
+void pl_ring_free(pl_ring_t *ring) {
+    if (ring == NULL) return;
+    munmap(ring->map, PL_RING_MAP_BYTES);
+    pl_close_quietly(ring->bell);
+    pl_close_quietly(ring->peer_bell);
+    free(ring);
+}
+
+void pl_ring_forget_in_child(pl_ring_t *ring) {
+    if (ring == NULL) return;
+    pl_close_quietly(ring->bell);
+    pl_close_quietly(ring->peer_bell);
+    ring->bell = ring->peer_bell = -1;
+}
+
+/* ---- writing ---------------------------------------------------------------------------------------- */
+
+/* Room for `bytes` more, rereading the reader's head when the last one read leaves too little, and asking to be
+ * told of room when there is none. -1: the head is out of bounds. */
+static int pl_ring_room(pl_ring_t *ring, uint32_t bytes) {
+    if (PL_RING_BYTES - (ring->out_tail - ring->out_head_seen) >= bytes) return 1;
+    for (int asked = 0; asked < 2; asked++) {
+        uint32_t head = atomic_load_explicit(&ring->out->head, asked ? memory_order_seq_cst : memory_order_acquire);
+        uint32_t used = ring->out_tail - head;
+        if (used > PL_RING_BYTES || (used & 7u) != 0) return -1; /* taken more than was put, or misaligned */
+        ring->out_head_seen = head;
+        if (PL_RING_BYTES - used >= bytes) return 1;
+        if (!asked) atomic_store_explicit(&ring->out->writer_waiting, 1, memory_order_seq_cst);
+    }
+    return 0;
+}
+
+static void pl_ring_write_header(uint8_t *at, uint32_t length, uint16_t kind) {
+    uint8_t header[PL_RING_RECORD_HEADER] = {
+        (uint8_t)length, (uint8_t)(length >> 8), (uint8_t)(length >> 16), (uint8_t)(length >> 24),
+        (uint8_t)kind, (uint8_t)(kind >> 8), 0, 0,
+    };
+    memcpy(at, header, sizeof header);
+}
+
+pl_ring_put_result_t pl_ring_put(pl_ring_t *ring, const uint8_t *head, size_t head_length, const uint8_t *body,
+                                 size_t body_length, bool mark) {
+    uint32_t length = mark ? 0 : (uint32_t)(head_length + body_length);
+    uint32_t need = PL_RING_RECORD_HEADER + pl_align8(length);
+    uint32_t at = ring->out_tail % PL_RING_BYTES;
+    uint32_t to_end = PL_RING_BYTES - at;
+    if (need > to_end) {
+        /* Too little left before the end: pad it, and go on at the start. */
+        int room = pl_ring_room(ring, to_end);
+        if (room <= 0) return room < 0 ? PL_RING_CORRUPT : PL_RING_FULL;
+        pl_ring_write_header(ring->out_data + at, to_end - PL_RING_RECORD_HEADER, PL_RECORD_PAD);
+        ring->out_tail += to_end;
+        at = 0;
+    }
+    int room = pl_ring_room(ring, need);
+    if (room < 0) return PL_RING_CORRUPT;
+    if (room > 0) {
+        uint8_t *record = ring->out_data + at;
+        pl_ring_write_header(record, length, mark ? PL_RECORD_MARK : PL_RECORD_PACKET);
+        if (head_length > 0 && !mark) memcpy(record + PL_RING_RECORD_HEADER, head, head_length);
+        if (body_length > 0 && !mark) memcpy(record + PL_RING_RECORD_HEADER + head_length, body, body_length);
+        ring->out_tail += need;
+    }
+    /* Published with the pad, if only the pad went in (the reader skips it meanwhile). */
+    atomic_store_explicit(&ring->out->tail, ring->out_tail, memory_order_seq_cst);
+    /* A pad alone rings too: the largest record, padding from the ring's middle, fits only once the reader has
+     * taken the pad, and a reader that had armed would sleep on while this side waited for its room. */
+    if (atomic_load_explicit(&ring->out->reader_armed, memory_order_seq_cst) != 0 &&
+        atomic_exchange_explicit(&ring->out->reader_armed, 0, memory_order_seq_cst) != 0) {
+        pl_ring_bell_ring(ring->peer_bell);
+    }
+    return room == 0 ? PL_RING_FULL : PL_RING_PUT;
+}
+
+/* ---- reading ---------------------------------------------------------------------------------------- */
+
+pl_ring_take_result_t pl_ring_take(pl_ring_t *ring, uint8_t *out, size_t *out_length, const char **reason) {
+    uint32_t tail = atomic_load_explicit(&ring->in->tail, memory_order_acquire);
+    uint32_t waiting = tail - ring->in_head;
+    if (waiting > PL_RING_BYTES || (waiting & 7u) != 0) {
+        *reason = "ring: the writer's index is out of bounds";
+        return PL_RING_BROKEN;
+    }
+    /* Each pass takes a pad or a record, so `waiting` shrinks every time round: a ring of pads ends too. */
+    while (waiting > 0) {
+        uint32_t at = ring->in_head % PL_RING_BYTES;
+        uint32_t to_end = PL_RING_BYTES - at;
+        uint8_t h[PL_RING_RECORD_HEADER];
+        memcpy(h, ring->in_data + at, sizeof h); /* read once: the peer may change it under us */
+        uint32_t length = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+        uint16_t kind = (uint16_t)(h[4] | h[5] << 8);
+        if (h[6] != 0 || h[7] != 0) {
+            *reason = "ring: a record's reserved bytes are not zero";
+            return PL_RING_BROKEN;
+        }
+        if (kind == PL_RECORD_PAD) {
+            if (length != to_end - PL_RING_RECORD_HEADER || to_end > waiting) {
+                *reason = "ring: a pad that does not end at the ring's end";
+                return PL_RING_BROKEN;
+            }
+            ring->in_head += to_end;
+            waiting -= to_end;
+            continue;
+        }
+        if (length > PL_WIRE_MAX_FRAME) {
+            *reason = "ring: a record over the largest packet";
+            return PL_RING_BROKEN;
+        }
+        uint32_t need = PL_RING_RECORD_HEADER + pl_align8(length);
+        if (need > to_end || need > waiting) {
+            *reason = "ring: a record runs past the ring's end or the writer's index";
+            return PL_RING_BROKEN;
+        }
+        if (kind == PL_RECORD_MARK) {
+            if (length != 0) {
+                *reason = "ring: a mark with bytes";
+                return PL_RING_BROKEN;
+            }
+        } else if (kind != PL_RECORD_PACKET || length < PL_WIRE_HEADER_SIZE) {
+            *reason = kind != PL_RECORD_PACKET ? "ring: a record of no known kind" : "ring: a packet shorter than a frame";
+            return PL_RING_BROKEN;
+        } else {
+            memcpy(out, ring->in_data + at + PL_RING_RECORD_HEADER, length); /* decoded from our copy only */
+            *out_length = length;
+        }
+        ring->in_head += need;
+        /* A long pass gives room back on the way, not only at its end. Sequentially consistent: pl_ring_done_reading
+         * then stores nothing, and this store is the half of its Dekker pair with writer_waiting. */
+        if (ring->in_head - ring->in_head_shared >= PL_RING_BYTES / 4) {
+            atomic_store_explicit(&ring->in->head, ring->in_head, memory_order_seq_cst);
+            ring->in_head_shared = ring->in_head;
+        }
+        return kind == PL_RECORD_MARK ? PL_RING_MARK : PL_RING_PACKET;
+    }
+    return PL_RING_EMPTY;
+}
+
+void pl_ring_done_reading(pl_ring_t *ring) {
+    if (ring->in_head != ring->in_head_shared) {
+        atomic_store_explicit(&ring->in->head, ring->in_head, memory_order_seq_cst);
+        ring->in_head_shared = ring->in_head;
+    }
+    if (atomic_load_explicit(&ring->in->writer_waiting, memory_order_seq_cst) != 0 &&
+        atomic_exchange_explicit(&ring->in->writer_waiting, 0, memory_order_seq_cst) != 0) {
+        pl_ring_bell_ring(ring->peer_bell);
+    }
+}
+
+bool pl_ring_arm(pl_ring_t *ring) {
+    atomic_store_explicit(&ring->in->reader_armed, 1, memory_order_seq_cst);
+    return atomic_load_explicit(&ring->in->tail, memory_order_seq_cst) != ring->in_head;
+}
+
+uint32_t pl_ring_pending_bytes(pl_ring_t *ring) {
+    uint32_t waiting = atomic_load_explicit(&ring->in->tail, memory_order_relaxed) - ring->in_head;
+    return waiting > PL_RING_BYTES ? 0 : waiting;
+}

@@ -1,0 +1,101 @@
+/*
+ * pl_ring.h — a connection's shared-memory rings: frames between two processes without a system call each.
+ * Not public API.
+ *
+ * A busy connection between two version 4 peers moves its frames through memory both processes map: a memfd the
+ * client makes, sealed against shrinking and growing, holding one ring per direction. A ring carries *records*,
+ * each a packet exactly as the socket would carry it (one frame, or several packed), so the frame handling
+ * behind it is the socket's. A packet with descriptors cannot cross through memory: its record is a *mark*, and
+ * the packet itself follows on the socket, so that order holds across the two paths.
+ *
+ * Waking: each side has a *bell*, an eventfd of its own that its readers (the transport thread, the port sets the
+ * connection feeds) watch, edge-triggered and never read (as a port set's wake-up eventfd). A reader that finds
+ * its ring empty *arms* it before it stops looking, and a writer that takes the arm rings the peer's bell: a
+ * reader that is still at work costs the writer no system call, and a stream costs one per pass of the reader,
+ * not one per message. A writer that finds no room asks to be told; the reader that makes room rings the
+ * writer's bell, and whoever answers that bell on the writer's side sends what waited.
+ *
+ * The peer shares the memory and may write anything into it at any moment: every index is read once and checked
+ * against the ring's size, every record header is checked before its bytes are used, and the bytes are copied
+ * out before anyone decodes them. A peer that breaks these rules is disconnected as one that sends a malformed
+ * packet is; it cannot make this process read or write outside the mapping, nor loop.
+ */
+#ifndef PL_RING_H
+#define PL_RING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "portloop.h"
+#include "pl_wire.h"
+
+#define PL_RING_BYTES (128u * 1024u)  /* each direction's records: about two of the largest packets */
+#define PL_RING_HEADER_BYTES 4096u    /* the indices and flags, a page */
+#define PL_RING_MAP_BYTES (PL_RING_HEADER_BYTES + 2u * PL_RING_BYTES)
+#define PL_RING_RECORD_HEADER 8u      /* u32 length, u16 kind, u16 zero */
+
+typedef struct pl_ring pl_ring_t;
+
+/* What taking a record found. */
+typedef enum pl_ring_take_result {
+    PL_RING_EMPTY,            /* no record */
+    PL_RING_PACKET,           /* a packet, copied out */
+    PL_RING_MARK,             /* the next packet on the socket comes here, in order */
+    PL_RING_BROKEN,           /* the peer broke the ring's rules (*reason) */
+} pl_ring_take_result_t;
+
+/* What putting a record did. */
+typedef enum pl_ring_put_result {
+    PL_RING_PUT,              /* it is in the ring; the peer's bell was rung if its reader had armed */
+    PL_RING_FULL,             /* no room: the peer's reader rings this side's bell when it has made some */
+    PL_RING_CORRUPT,          /* the peer broke the ring's rules (an index out of bounds) */
+} pl_ring_put_result_t;
+
+/* The client's side: a new memfd of PL_RING_MAP_BYTES (sealed against shrinking and growing), mapped, and a bell.
+ * *out_memfd and *out_bell are to be sent to the peer (the ring keeps its own bell open; the caller closes the memfd
+ * once sent). PL_ERR_SYSTEM (errno kept) or PL_ERR_NO_MEMORY: nothing is left open. */
+pl_status_t pl_ring_create(pl_ring_t **out, int *out_memfd, int *out_bell);
+
+/* The service's side: checks a memfd the client sent (a memfd, sealed against shrinking and growing, exactly
+ * PL_RING_MAP_BYTES long) and maps it, with a bell of its own (*out_bell, to be sent back). NULL with *reason when
+ * the memfd is not one (the peer broke the protocol: *peer_fault) or when this process lacks memory or descriptors
+ * (not the peer's fault: the offer is declined). The caller keeps `memfd` and closes it. */
+pl_ring_t *pl_ring_adopt(int memfd, int *out_bell, bool *peer_fault, const char **reason);
+
+/* Takes the peer's bell (a descriptor the peer sent): checks that it is an eventfd that does not block, and keeps
+ * it. false with *reason when it is not; the caller still owns `fd` then. */
+bool pl_ring_take_peer_bell(pl_ring_t *ring, int fd, const char **reason);
+
+/* This side's bell, watched by its readers (edge-triggered: it is never read). */
+int pl_ring_bell(const pl_ring_t *ring);
+
+/* Unmaps and closes everything (no reader or writer may be using it). NULL is ignored. */
+void pl_ring_free(pl_ring_t *ring);
+/* In a child after fork(): closes the descriptors, leaves the memory (not inherited: MADV_DONTFORK). */
+void pl_ring_forget_in_child(pl_ring_t *ring);
+
+/* ---- writing (one writer at a time: the connection's write lock) ---- */
+
+/* Puts one packet, `head` then `body`, as a record (length at most PL_WIRE_MAX_FRAME), or, with `mark`, a mark
+ * (no bytes). */
+pl_ring_put_result_t pl_ring_put(pl_ring_t *ring, const uint8_t *head, size_t head_length, const uint8_t *body,
+                                 size_t body_length, bool mark);
+
+/* ---- reading (one reader at a time: the connection's read lock) ---- */
+
+/* Takes the next record: a packet copied into `out` (room for PL_WIRE_MAX_FRAME bytes), *out_length its length. */
+pl_ring_take_result_t pl_ring_take(pl_ring_t *ring, uint8_t *out, size_t *out_length, const char **reason);
+
+/* After a pass of takes: gives the room back to the writer and rings its bell if it waits for room. */
+void pl_ring_done_reading(pl_ring_t *ring);
+
+/* Before the reader stops looking: asks the writer to ring this side's bell for the next record. Returns true
+ * when a record came meanwhile (take it: the bell may not ring for it). */
+bool pl_ring_arm(pl_ring_t *ring);
+
+/* Records the peer has put and this side has not taken, as far as the shared indices say (a statistic; 0 when
+ * they make no sense). */
+uint32_t pl_ring_pending_bytes(pl_ring_t *ring);
+
+#endif /* PL_RING_H */

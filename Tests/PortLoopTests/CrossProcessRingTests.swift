@@ -1,0 +1,241 @@
+import Foundation
+import PortLoop
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Busy connections move their messages into shared-memory rings: what crosses, in what order, and what a peer
+/// that breaks the ring gets.
+@Suite("Across processes: shared-memory rings", .serialized)
+struct CrossProcessRingTests {
+    /// Receives `count` messages id 8 ("pid thread seq") and checks that each sender's come once and in order;
+    /// `descriptors(seq)` says whether a message must carry one descriptor (it is closed).
+    static func receiveInOrder(_ port: borrowing PortReceiveRight, count: Int,
+                               descriptors: (Int) -> Bool = { _ in false }) throws -> [String: Int] {
+        var next: [String: Int] = [:]
+        for _ in 0..<count {
+            let message = try port.receive(timeout: .seconds(30))
+            let parts = String(decoding: message.payload, as: UTF8.self).split(separator: " ")
+            try #require(message.id == 8 && parts.count == 3)
+            let sender = "\(parts[0]) \(parts[1])", seq = Int(parts[2]) ?? -1
+            #expect(seq == next[sender, default: 0], "\(sender): \(seq) came when \(next[sender, default: 0]) was due")
+            next[sender] = seq + 1
+            let carried = message.attachments.compactMap { attachment -> Int32? in
+                if case let .fileDescriptor(descriptor) = attachment { return descriptor.take() }
+                return nil
+            }
+            #expect(carried.count == (descriptors(seq) ? 1 : 0), "message \(seq) carried \(carried.count) descriptors")
+            carried.forEach { close($0) }
+        }
+        return next
+    }
+
+    /// Waits until this process has `count` connections reading by ring, or 10 s.
+    static func waitForRings(_ count: Int) -> Int {
+        var now = CrossProcessStatistics.current.sharedRingConnections
+        for _ in 0..<2000 where now != count {
+            usleep(5000)
+            now = CrossProcessStatistics.current.sharedRingConnections
+        }
+        return now
+    }
+
+    @Test("a busy connection moves to a ring on the way: every message arrives once, in each sender's order")
+    func switchOnTheWay() throws {
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("busy", queueLimit: 64)
+        let before = CrossProcessStatistics.current.sharedRingConnections
+        let client = try Peer(["client", space.path, "busy", "3", "3000", "--stay"],
+                              environment: ["PORTLOOP_SHARED_RINGS": "busy"])
+        defer { client.kill() }
+        let next = try Self.receiveInOrder(port, count: 9000)
+        #expect(next.count == 3 && next.values.allSatisfy { $0 == 3000 })
+        // Both sides read by ring now: the client its replies' direction, this process the messages'.
+        #expect(client.line(startingWith: "rings") == "rings 1")
+        #expect(CrossProcessStatistics.current.sharedRingConnections == before + 1)
+        client.tell("exit")
+        #expect(client.finish() == 0)
+        #expect(Self.waitForRings(before) == before)
+    }
+
+    @Test("descriptors cross in order with the messages around them, through the socket beside the ring")
+    func descriptorsInOrder() throws {
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("marks", queueLimit: 64)
+        let client = try Peer(["client", space.path, "marks", "2", "900", "--fds", "--stay"],
+                              environment: ["PORTLOOP_SHARED_RINGS": "always"])
+        defer { client.kill() }
+        let next = try Self.receiveInOrder(port, count: 1800, descriptors: { $0 % 3 == 0 })
+        #expect(next.values.allSatisfy { $0 == 900 })
+        #expect(client.line(startingWith: "rings") == "rings 1")
+        client.tell("exit")
+        #expect(client.finish() == 0)
+    }
+
+    @Test("a process that says never keeps to the socket, as a client and as a service",
+          arguments: ["client says never", "service says never"])
+    func never(_ who: String) throws {
+        let space = TemporaryNamespace()
+        let saved = PortNamespace.sharedRings
+        defer { PortNamespace.sharedRings = saved }
+        if who == "service says never" { PortNamespace.sharedRings = .never }
+        let port = try space.namespace.checkIn("plain", queueLimit: 64)
+        let before = CrossProcessStatistics.current.sharedRingConnections
+        let client = try Peer(["client", space.path, "plain", "2", "500", "--stay"],
+                              environment: ["PORTLOOP_SHARED_RINGS": who == "client says never" ? "never" : "always"])
+        defer { client.kill() }
+        let next = try Self.receiveInOrder(port, count: 1000)
+        #expect(next.values.allSatisfy { $0 == 500 })
+        #expect(client.line(startingWith: "rings") == "rings 0")
+        #expect(CrossProcessStatistics.current.sharedRingConnections == before)
+        client.tell("exit")
+        #expect(client.finish() == 0)
+    }
+
+    @Test("the policy reads back as set", arguments: [SharedRingPolicy.never, .whenBusy, .always])
+    func policy(_ policy: SharedRingPolicy) {
+        let saved = PortNamespace.sharedRings
+        defer { PortNamespace.sharedRings = saved }
+        PortNamespace.sharedRings = policy
+        #expect(PortNamespace.sharedRings == policy)
+    }
+
+    /// The layout of a ring's memfd, as the library makes it (see pl_ring.c): a header page (magic, layout, ring
+    /// size; then each direction's write index, read index and flags on cache lines of their own), then the
+    /// client-to-service ring, then the other.
+    enum Layout {
+        static let ringBytes = 131_072
+        static let mapBytes = 4096 + 2 * ringBytes
+        static let clientTail = 64       // the client-to-service direction's write index
+        static let clientRecords = 4096  // where its records start
+    }
+
+    /// memfd_create, which the Glibc module does not declare.
+    static func makeMemfd(bytes: Int, seals: Int32) -> Int32 {
+        typealias MemfdCreate = @convention(c) (UnsafePointer<CChar>, UInt32) -> Int32
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "memfd_create") else { return -1 }
+        let fd = unsafeBitCast(symbol, to: MemfdCreate.self)("raw-ring", 0x0001 | 0x0002) // CLOEXEC, ALLOW_SEALING
+        guard fd >= 0, ftruncate(fd, off_t(bytes)) == 0, seals == 0 || fcntl(fd, 1033, seals) == 0 else { return -1 }
+        return fd // F_ADD_SEALS is 1033
+    }
+
+    /// A nonblocking eventfd (eventfd, which the Glibc module does not declare either).
+    static func makeEventfd() -> Int32 {
+        typealias Eventfd = @convention(c) (UInt32, Int32) -> Int32
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "eventfd") else { return -1 }
+        return unsafeBitCast(symbol, to: Eventfd.self)(0, 0o4000 | 0o2000000) // EFD_NONBLOCK, EFD_CLOEXEC
+    }
+
+    /// Sends a packet with descriptors beside it (SCM_RIGHTS).
+    static func send(_ fd: Int32, _ bytes: [UInt8], descriptors: [Int32]) -> Bool {
+        let header = MemoryLayout<cmsghdr>.size
+        var control = [UInt8](repeating: 0, count: header + ((descriptors.count * 4 + 7) & ~7))
+        var bytes = bytes
+        return control.withUnsafeMutableBytes { raw in
+            raw.storeBytes(of: header + descriptors.count * 4, toByteOffset: 0, as: Int.self) // cmsg_len
+            raw.storeBytes(of: SOL_SOCKET, toByteOffset: 8, as: Int32.self)
+            raw.storeBytes(of: Int32(SCM_RIGHTS), toByteOffset: 12, as: Int32.self)
+            for (i, descriptor) in descriptors.enumerated() { raw.storeBytes(of: descriptor, toByteOffset: header + 4 * i, as: Int32.self) }
+            return bytes.withUnsafeMutableBytes { payload in
+                var vector = iovec(iov_base: payload.baseAddress, iov_len: payload.count)
+                return withUnsafeMutablePointer(to: &vector) { vectorPointer in
+                    var message = msghdr()
+                    message.msg_iov = vectorPointer
+                    message.msg_iovlen = 1
+                    message.msg_control = raw.baseAddress
+                    message.msg_controllen = raw.count
+                    return sendmsg(fd, &message, 0) == payload.count
+                }
+            }
+        }
+    }
+
+    /// Receives a packet and the first descriptor beside it (-1 if none).
+    static func receive(_ fd: Int32) -> (bytes: [UInt8], descriptor: Int32) {
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        var control = [UInt8](repeating: 0, count: 256)
+        let n = buffer.withUnsafeMutableBytes { payload in
+            control.withUnsafeMutableBytes { raw in
+                var vector = iovec(iov_base: payload.baseAddress, iov_len: payload.count)
+                return withUnsafeMutablePointer(to: &vector) { vectorPointer in
+                    var message = msghdr()
+                    message.msg_iov = vectorPointer
+                    message.msg_iovlen = 1
+                    message.msg_control = raw.baseAddress
+                    message.msg_controllen = raw.count
+                    return recvmsg(fd, &message, 0)
+                }
+            }
+        }
+        let level = control.withUnsafeBytes { $0.load(fromByteOffset: 8, as: Int32.self) }
+        let type = control.withUnsafeBytes { $0.load(fromByteOffset: 12, as: Int32.self) }
+        let descriptor = level == SOL_SOCKET && type == Int32(SCM_RIGHTS)
+            ? control.withUnsafeBytes { $0.load(fromByteOffset: MemoryLayout<cmsghdr>.size, as: Int32.self) } : -1
+        return (n > 0 ? Array(buffer[0..<n]) : [], descriptor)
+    }
+
+    @Test("a peer that breaks the ring is cut off, and the service serves everyone else",
+          arguments: ["a write index past the ring", "a record of no known kind", "an unsealed memfd"])
+    func brokenRing(_ fault: String) throws {
+        typealias Raw = CrossProcessMisbehaviourTests.RawPeer
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("ringed", queueLimit: 64)
+        let raw = try Raw(path: space.path + "/ringed")
+        // Version 4's hello, then the service's.
+        #expect(raw.send(Raw.frame(1, Raw.le32(0x50494C50) + [4, 0, 0, 0] + Raw.le32(65536) + [UInt8](repeating: 0, count: 16))))
+        #expect(Self.receive(raw.fd).bytes.first == 1)
+
+        let memfd = Self.makeMemfd(bytes: Layout.mapBytes, seals: fault == "an unsealed memfd" ? 0 : 0x7)
+        let bell = Self.makeEventfd()
+        try #require(memfd >= 0 && bell >= 0)
+        defer { close(memfd); close(bell) }
+        let map = try #require(mmap(nil, Layout.mapBytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0))
+        defer { munmap(map, Layout.mapBytes) }
+        map.storeBytes(of: UInt32(0x474E_5252), toByteOffset: 0, as: UInt32.self) // "RRNG", layout 1, the ring size
+        map.storeBytes(of: UInt32(1), toByteOffset: 4, as: UInt32.self)
+        map.storeBytes(of: UInt32(Layout.ringBytes), toByteOffset: 8, as: UInt32.self)
+        #expect(Self.send(raw.fd, Raw.frame(12, Raw.le32(UInt32(Layout.ringBytes)) + Raw.le32(0)), descriptors: [memfd, bell]))
+
+        if fault != "an unsealed memfd" {
+            let accepted = Self.receive(raw.fd)
+            #expect(accepted.bytes.first == 13)
+            try #require(accepted.descriptor >= 0)
+            defer { close(accepted.descriptor) }
+            #expect(raw.send(Raw.frame(15, [])))
+            // A well-formed record first: a message to the service port, through the ring.
+            let message = Raw.message(to: 1)
+            map.storeBytes(of: UInt32(message.count), toByteOffset: Layout.clientRecords, as: UInt32.self)
+            map.storeBytes(of: UInt32(1), toByteOffset: Layout.clientRecords + 4, as: UInt32.self) // kind: a packet
+            message.withUnsafeBytes { map.advanced(by: Layout.clientRecords + 8).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            let first = 8 + (message.count + 7) & ~7
+            map.storeBytes(of: UInt32(first), toByteOffset: Layout.clientTail, as: UInt32.self)
+            var one: UInt64 = 1
+            _ = write(accepted.descriptor, &one, 8)
+            let delivered = try port.receive(timeout: .seconds(10))
+            #expect(delivered.id == 7 && delivered.payload == [42])
+            // Then the fault.
+            if fault == "a write index past the ring" {
+                map.storeBytes(of: UInt32(first + Layout.ringBytes + 8), toByteOffset: Layout.clientTail, as: UInt32.self)
+            } else {
+                map.storeBytes(of: UInt32(8), toByteOffset: Layout.clientRecords + first, as: UInt32.self)
+                map.storeBytes(of: UInt32(9), toByteOffset: Layout.clientRecords + first + 4, as: UInt32.self) // kind 9
+                map.storeBytes(of: UInt32(first + 16), toByteOffset: Layout.clientTail, as: UInt32.self)
+            }
+            _ = write(accepted.descriptor, &one, 8)
+        }
+        // The service hung up: the socket ends (after nothing, or after what it still had to say).
+        var last = Self.receive(raw.fd)
+        while !last.bytes.isEmpty {
+            if last.descriptor >= 0 { close(last.descriptor) }
+            last = Self.receive(raw.fd)
+        }
+        #expect(port.messageCount == 0)
+        // Everyone else is served as before.
+        let honest = try Peer(["request", space.path, "ringed", "1", "hello"])
+        defer { honest.kill() }
+        let request = try port.receive(timeout: .seconds(10))
+        try request.replyPort?.send(id: 101, bytes: request.payload)
+        #expect(honest.line(startingWith: "reply") == "reply 101 hello")
+    }
+}
