@@ -253,8 +253,11 @@ void pl_conn_flush_outgoing(pl_conn_t *conn) {
     }
     bool drained = conn->out_head == NULL;
     if (drained) atomic_store_explicit(&conn->backlogged, false, memory_order_release);
-    /* Waiting for room in the ring, not in the socket: the transport stops watching the socket for it. */
-    conn->want_writable = pl_conn_needs_socket_room_locked(conn);
+    /* Waiting for room in the ring, not in the socket: the transport stops watching the socket for it. A packet
+     * with descriptors that the socket would not take now (a reader flushed, woken by this side's bell): it does. */
+    bool needs = pl_conn_needs_socket_room_locked(conn);
+    if (needs && !conn->want_writable) pl_transport_want_writable(conn);
+    conn->want_writable = needs;
     pthread_mutex_unlock(&conn->write_lock);
     if (drained) pthread_cond_broadcast(&conn->writable);
 }

@@ -4,12 +4,12 @@
  * Why: a packet through a socket costs its sender a system call and its reader another, plus, when the reader
  * sleeps, a wake-up by the kernel's socket code; through memory, a frame costs two copies, and a system call only
  * to ring the bell of a reader that had stopped looking (pl_ring.h). A stream then crosses without a system call
- * per message, and a round trip pays an eventfd write and an epoll wake-up each way instead of a socket's send
+ * per message, and a round trip pays a one-byte pipe write and an epoll wake-up each way instead of a socket's send
  * and receive.
  *
  * The switch, between version 4 peers. The client offers: RING_OFFER on the socket with the rings' memfd and its
  * bell beside it, once it has put PL_RING_OFFER_AFTER frames (a connection that carries a few requests is never
- * worth the memory: PL_RING_MAP_BYTES and two descriptors a side), or at once in a process that asked for rings
+ * worth the memory: PL_RING_MAP_BYTES and three descriptors a side), or at once in a process that asked for rings
  * always (pl_set_shared_rings). The service checks and maps the memfd and answers RING_ACCEPT with its own bell;
  * its frames after that one go by ring. When it cannot — no descriptor or memory, frames waiting in its outgoing
  * queue, rings turned off in its process — it answers RING_REFUSE, and the client offers again after
@@ -106,6 +106,7 @@ void pl_conn_ring_maybe_offer_locked(pl_conn_t *conn) {
     int fds[2] = { memfd, bell };
     pl_conn_put_frame_locked(conn, frame, length, fds, 2); /* a queued frame holds duplicates */
     close(memfd);
+    close(bell);
 }
 
 void pl_conn_ring_after_hello(pl_conn_t *conn) {
@@ -147,16 +148,17 @@ static bool pl_conn_ring_offered(pl_conn_t *conn, const pl_wire_frame_t *frame, 
         return false;
     }
     pl_ring_t *ring = NULL;
-    int bell = -1;
+    int bell = -1; /* the read end of this side's pipe, for the client */
     if (pl_shared_rings() != PL_RINGS_NEVER && frame->u.ring.ring_bytes == PL_RING_BYTES) {
         bool peer_fault = false;
         ring = pl_ring_adopt(fds[0], &bell, &peer_fault, reason); /* the memfd is closed with the frame's others */
         if (ring == NULL && peer_fault) return false;
         if (ring != NULL && !pl_ring_take_peer_bell(ring, fds[1], reason)) {
             pl_ring_free(ring);
+            close(bell);
             return false;
         }
-        if (ring != NULL) fds[1] = -1; /* the ring's now */
+        if (ring != NULL) fds[1] = -1; /* this side's bell now, the ring's */
     }
     pthread_mutex_lock(&conn->write_lock);
     /* Frames waiting in the outgoing queue would have to go before the acceptance: not now, then. */
@@ -169,13 +171,14 @@ static bool pl_conn_ring_offered(pl_conn_t *conn, const pl_wire_frame_t *frame, 
         pl_conn_put_switch_locked(conn, accepted, length, &bell, 1);
     }
     pthread_mutex_unlock(&conn->write_lock);
+    if (bell >= 0) close(bell); /* sent, or not to be */
     if (!accept) {
         pl_ring_free(ring);
         pl_conn_ring_write_frame(conn, PL_FRAME_RING_REFUSE);
         return true;
     }
     /* Watched before the client can ring it: it rings for room as soon as it reads the ring. */
-    pl_conn_ring_watch_bell(conn, bell);
+    pl_conn_ring_watch_bell(conn, pl_ring_bell(ring));
     return true;
 }
 

@@ -15,18 +15,15 @@
  * stores its flag, then loads the other's index, both sequentially consistent, so that one of the two always sees
  * the other.
  */
-#define _GNU_SOURCE /* memfd_create, F_ADD_SEALS */
+#define _GNU_SOURCE /* memfd_create, F_ADD_SEALS, pipe2, splice */
 #include "pl_ring.h"
 #include "pl_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -64,32 +61,45 @@ struct pl_ring {
     uint32_t out_head_seen;   /* the reader's head as last read: reread only when room seems short */
     uint32_t in_head;         /* what this side has taken: the authority */
     uint32_t in_head_shared;  /* the head last stored where the writer sees it */
-    int bell, peer_bell;
+    uint32_t arms;            /* times this side armed: its bell is emptied every PL_BELL_DRAIN_EVERY */
+    int bell;                 /* this side's bell: the read end of the pipe the peer rings, once taken (-1 before) */
+    int ringer;               /* the write end of the peer's bell: this side's own, never the peer's */
+    int ringer_keep;          /* a read end of that pipe, kept so that it never loses its last reader */
 };
+
+/* A bell is a pipe whose write end stays with the side that rings: the peer holds only the read end, so it cannot
+ * clear O_NONBLOCK on ours, and a full pipe makes a ring fail (EAGAIN), never wait. An eventfd would be cheaper to
+ * ring, but both sides would share its one open file description: a peer could make it blocking and fill its
+ * counter, and this side's next ring would hang holding a connection's lock. The side that rings also keeps a read
+ * end of its own pipe, never read: a pipe whose readers are all gone (the peer died) answers a write with SIGPIPE,
+ * which would end this process. The read end is watched edge-triggered and emptied only now and then, with
+ * splice(SPLICE_F_NONBLOCK), which cannot wait whatever the peer did to the description: an honest peer rings at
+ * most once or twice per time this side arms. */
+#define PL_BELL_DRAIN_EVERY 256u
 
 static uint32_t pl_align8(uint32_t n) { return (n + 7u) & ~7u; }
 
 static void pl_ring_bell_ring(int fd) {
     if (fd < 0) return;
-    uint64_t one = 1;
+    char one = 1;
     ssize_t n;
-    do { n = write(fd, &one, sizeof one); } while (n < 0 && errno == EINTR);
-    /* EAGAIN would need 2^64 - 2 rings; anything else is a peer's bell gone bad, and its side is its own. */
+    do { n = write(fd, &one, 1); } while (n < 0 && errno == EINTR);
+    /* EAGAIN: the peer's pipe is full, which its reader, emptying it now and then, never lets happen; a peer that
+     * does not empty it loses its own wake-ups. */
 }
 
-static pl_ring_t *pl_ring_new(uint8_t *map, bool client, int bell) {
-    pl_ring_t *ring = calloc(1, sizeof *ring);
-    if (ring == NULL) return NULL;
-    pl_ring_shared_t *shared = (pl_ring_shared_t *)map;
-    uint8_t *data0 = map + PL_RING_HEADER_BYTES, *data1 = data0 + PL_RING_BYTES;
-    ring->map = map;
-    ring->out = &shared->side[client ? 0 : 1];
-    ring->in = &shared->side[client ? 1 : 0];
-    ring->out_data = client ? data0 : data1;
-    ring->in_data = client ? data1 : data0;
-    ring->bell = bell;
-    ring->peer_bell = -1;
-    return ring;
+/* Where a bell's bytes go when it is emptied: /dev/null, opened once per process (-1 if it cannot be). */
+static int pl_null_fd = -1;
+static pthread_once_t pl_null_once = PTHREAD_ONCE_INIT;
+static void pl_null_open(void) { pl_null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC); }
+
+static void pl_ring_bell_drain(int fd) {
+    pthread_once(&pl_null_once, pl_null_open);
+    if (fd < 0 || pl_null_fd < 0) return;
+    for (int i = 0; i < 16; i++) {
+        ssize_t n = splice(fd, NULL, pl_null_fd, NULL, 1u << 16, SPLICE_F_NONBLOCK);
+        if (n <= 0 && !(n < 0 && errno == EINTR)) return;
+    }
 }
 
 static void pl_close_quietly(int fd) {
@@ -99,12 +109,46 @@ static void pl_close_quietly(int fd) {
     errno = saved;
 }
 
+/* A pipe for this side's rings: the write end and a read end kept (*ringer, *keep), another read end for the peer
+ * (*to_send). */
+static bool pl_bell_make(int *ringer, int *keep, int *to_send) {
+    int ends[2];
+    if (pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) return false;
+    int copy = fcntl(ends[0], F_DUPFD_CLOEXEC, 0);
+    if (copy < 0) {
+        pl_close_quietly(ends[0]);
+        pl_close_quietly(ends[1]);
+        return false;
+    }
+    *to_send = copy;
+    *keep = ends[0];
+    *ringer = ends[1];
+    return true;
+}
+
+static pl_ring_t *pl_ring_new(uint8_t *map, bool client, int ringer, int keep) {
+    pl_ring_t *ring = calloc(1, sizeof *ring);
+    if (ring == NULL) return NULL;
+    pl_ring_shared_t *shared = (pl_ring_shared_t *)map;
+    uint8_t *data0 = map + PL_RING_HEADER_BYTES, *data1 = data0 + PL_RING_BYTES;
+    ring->map = map;
+    ring->out = &shared->side[client ? 0 : 1];
+    ring->in = &shared->side[client ? 1 : 0];
+    ring->out_data = client ? data0 : data1;
+    ring->in_data = client ? data1 : data0;
+    ring->bell = -1;
+    ring->ringer = ringer;
+    ring->ringer_keep = keep;
+    return ring;
+}
+
+
 pl_status_t pl_ring_create(pl_ring_t **out, int *out_memfd, int *out_bell) {
     *out = NULL;
     *out_memfd = *out_bell = -1;
     pl_status_t status = PL_OK;
     uint8_t *map = MAP_FAILED;
-    int bell = -1;
+    int ringer = -1, keep = -1, bell = -1;
     int fd = memfd_create("portloop-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) {
         status = pl_system_failure("memfd_create");
@@ -114,8 +158,8 @@ pl_status_t pl_ring_create(pl_ring_t **out, int *out_memfd, int *out_bell) {
         status = pl_system_failure("fcntl(F_ADD_SEALS)");
     } else if ((map = mmap(NULL, PL_RING_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
         status = pl_system_failure("mmap(ring)");
-    } else if ((bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
-        status = pl_system_failure("eventfd");
+    } else if (!pl_bell_make(&ringer, &keep, &bell)) {
+        status = pl_system_failure("pipe2");
     }
     pl_ring_t *ring = NULL;
     if (status == PL_OK) {
@@ -125,12 +169,14 @@ pl_status_t pl_ring_create(pl_ring_t **out, int *out_memfd, int *out_bell) {
         shared->magic = PL_RING_MAGIC;
         shared->layout = PL_RING_LAYOUT;
         shared->ring_bytes = PL_RING_BYTES;
-        ring = pl_ring_new(map, true, bell);
+        ring = pl_ring_new(map, true, ringer, keep);
         if (ring == NULL) status = PL_ERR_NO_MEMORY;
     }
     if (status != PL_OK) {
         if (map != MAP_FAILED) munmap(map, PL_RING_MAP_BYTES);
         pl_close_quietly(bell);
+        pl_close_quietly(ringer);
+        pl_close_quietly(keep);
         pl_close_quietly(fd);
         return status;
     }
@@ -155,6 +201,10 @@ pl_ring_t *pl_ring_adopt(int memfd, int *out_bell, bool *peer_fault, const char 
         *reason = "ring: the offered memfd is not sealed against shrinking and growing";
         return NULL;
     }
+    if ((seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) != 0) {
+        *reason = "ring: the offered memfd is sealed against writing";
+        return NULL;
+    }
     if (fstat(memfd, &st) != 0 || st.st_size != (off_t)PL_RING_MAP_BYTES) {
         *reason = "ring: the offered memfd is not the ring's size";
         return NULL;
@@ -173,11 +223,13 @@ pl_ring_t *pl_ring_adopt(int memfd, int *out_bell, bool *peer_fault, const char 
         *reason = "ring: the offered memfd does not hold a ring of this layout";
         return NULL;
     }
-    int bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    pl_ring_t *ring = bell < 0 ? NULL : pl_ring_new(map, false, bell);
+    int ringer = -1, keep = -1, bell = -1;
+    pl_ring_t *ring = pl_bell_make(&ringer, &keep, &bell) ? pl_ring_new(map, false, ringer, keep) : NULL;
     if (ring == NULL) {
         munmap(map, PL_RING_MAP_BYTES);
         pl_close_quietly(bell);
+        pl_close_quietly(ringer);
+        pl_close_quietly(keep);
         *reason = "ring: no descriptor or memory for it";
         return NULL;
     }
@@ -186,26 +238,18 @@ pl_ring_t *pl_ring_adopt(int memfd, int *out_bell, bool *peer_fault, const char 
 }
 
 bool pl_ring_take_peer_bell(pl_ring_t *ring, int fd, const char **reason) {
-    /* Written to by this process: it must be an eventfd (anything else could block, or mean something else), and
-     * not block. /proc names the kind; without /proc, an anonymous inode that takes no type is as close as fstat
-     * comes. */
+    /* Only watched and emptied (with splice, which never waits): a pipe's read end is all it may be. */
     struct stat st;
     int flags = fcntl(fd, F_GETFL);
-    if (flags < 0 || (flags & O_NONBLOCK) == 0 || fstat(fd, &st) != 0 || (st.st_mode & S_IFMT) != 0) {
-        *reason = "ring: the peer's bell is not a nonblocking eventfd";
+    if (ring->bell >= 0) {
+        *reason = "ring: a second bell";
         return false;
     }
-    char path[64], target[64];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(path, target, sizeof target - 1);
-    if (n >= 0) {
-        target[n] = '\0';
-        if (strcmp(target, "anon_inode:[eventfd]") != 0) {
-            *reason = "ring: the peer's bell is not an eventfd";
-            return false;
-        }
+    if (flags < 0 || (flags & O_ACCMODE) != O_RDONLY || fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
+        *reason = "ring: the peer's bell is not the read end of a pipe";
+        return false;
     }
-    ring->peer_bell = fd;
+    ring->bell = fd;
     return true;
 }
 
@@ -215,15 +259,17 @@ void pl_ring_free(pl_ring_t *ring) {
     if (ring == NULL) return;
     munmap(ring->map, PL_RING_MAP_BYTES);
     pl_close_quietly(ring->bell);
-    pl_close_quietly(ring->peer_bell);
+    pl_close_quietly(ring->ringer);
+    pl_close_quietly(ring->ringer_keep);
     free(ring);
 }
 
 void pl_ring_forget_in_child(pl_ring_t *ring) {
     if (ring == NULL) return;
     pl_close_quietly(ring->bell);
-    pl_close_quietly(ring->peer_bell);
-    ring->bell = ring->peer_bell = -1;
+    pl_close_quietly(ring->ringer);
+    pl_close_quietly(ring->ringer_keep);
+    ring->bell = ring->ringer = ring->ringer_keep = -1;
 }
 
 /* ---- writing ---------------------------------------------------------------------------------------- */
@@ -280,7 +326,7 @@ pl_ring_put_result_t pl_ring_put(pl_ring_t *ring, const uint8_t *head, size_t he
      * taken the pad, and a reader that had armed would sleep on while this side waited for its room. */
     if (atomic_load_explicit(&ring->out->reader_armed, memory_order_seq_cst) != 0 &&
         atomic_exchange_explicit(&ring->out->reader_armed, 0, memory_order_seq_cst) != 0) {
-        pl_ring_bell_ring(ring->peer_bell);
+        pl_ring_bell_ring(ring->ringer);
     }
     return room == 0 ? PL_RING_FULL : PL_RING_PUT;
 }
@@ -355,11 +401,12 @@ void pl_ring_done_reading(pl_ring_t *ring) {
     }
     if (atomic_load_explicit(&ring->in->writer_waiting, memory_order_seq_cst) != 0 &&
         atomic_exchange_explicit(&ring->in->writer_waiting, 0, memory_order_seq_cst) != 0) {
-        pl_ring_bell_ring(ring->peer_bell);
+        pl_ring_bell_ring(ring->ringer);
     }
 }
 
 bool pl_ring_arm(pl_ring_t *ring) {
+    if (++ring->arms % PL_BELL_DRAIN_EVERY == 0) pl_ring_bell_drain(ring->bell);
     atomic_store_explicit(&ring->in->reader_armed, 1, memory_order_seq_cst);
     return atomic_load_explicit(&ring->in->tail, memory_order_seq_cst) != ring->in_head;
 }

@@ -8,12 +8,12 @@
  * behind it is the socket's. A packet with descriptors cannot cross through memory: its record is a *mark*, and
  * the packet itself follows on the socket, so that order holds across the two paths.
  *
- * Waking: each side has a *bell*, an eventfd of its own that its readers (the transport thread, the port sets the
- * connection feeds) watch, edge-triggered and never read (as a port set's wake-up eventfd). A reader that finds
- * its ring empty *arms* it before it stops looking, and a writer that takes the arm rings the peer's bell: a
- * reader that is still at work costs the writer no system call, and a stream costs one per pass of the reader,
- * not one per message. A writer that finds no room asks to be told; the reader that makes room rings the
- * writer's bell, and whoever answers that bell on the writer's side sends what waited.
+ * Waking: each side has a *bell* that its readers (the transport thread, the port sets the connection feeds) watch,
+ * edge-triggered: the read end of a pipe whose write end the peer keeps (pl_ring.c says why a pipe). A reader that
+ * finds its ring empty *arms* it before it stops looking, and a writer that takes the arm rings the peer's bell (a
+ * byte into the pipe): a reader that is still at work costs the writer no system call, and a stream costs one per
+ * pass of the reader, not one per message. A writer that finds no room asks to be told; the reader that makes room
+ * rings the writer's bell, and whoever answers that bell on the writer's side sends what waited.
  *
  * The peer shares the memory and may write anything into it at any moment: every index is read once and checked
  * against the ring's size, every record header is checked before its bytes are used, and the bytes are copied
@@ -52,22 +52,26 @@ typedef enum pl_ring_put_result {
     PL_RING_CORRUPT,          /* the peer broke the ring's rules (an index out of bounds) */
 } pl_ring_put_result_t;
 
-/* The client's side: a new memfd of PL_RING_MAP_BYTES (sealed against shrinking and growing), mapped, and a bell.
- * *out_memfd and *out_bell are to be sent to the peer (the ring keeps its own bell open; the caller closes the memfd
- * once sent). PL_ERR_SYSTEM (errno kept) or PL_ERR_NO_MEMORY: nothing is left open. */
+/* The client's side: a new memfd of PL_RING_MAP_BYTES (sealed against shrinking and growing), mapped, and the pipe
+ * this side rings the peer's readers with. *out_memfd and *out_bell (the pipe's read end) are to be sent to the
+ * peer, then closed by the caller; the ring keeps the write end. PL_ERR_SYSTEM (errno kept) or PL_ERR_NO_MEMORY:
+ * nothing is left open. */
 pl_status_t pl_ring_create(pl_ring_t **out, int *out_memfd, int *out_bell);
 
-/* The service's side: checks a memfd the client sent (a memfd, sealed against shrinking and growing, exactly
- * PL_RING_MAP_BYTES long) and maps it, with a bell of its own (*out_bell, to be sent back). NULL with *reason when
- * the memfd is not one (the peer broke the protocol: *peer_fault) or when this process lacks memory or descriptors
- * (not the peer's fault: the offer is declined). The caller keeps `memfd` and closes it. */
+/* The service's side: checks a memfd the client sent (a memfd, sealed against shrinking and growing but not against
+ * writing, exactly PL_RING_MAP_BYTES long, holding a ring of this layout) and maps it, with a pipe of its own to
+ * ring the client with (*out_bell, its read end, to be sent back and then closed by the caller). NULL with *reason
+ * when the memfd is not one (the peer broke the protocol: *peer_fault) or when this process lacks memory or
+ * descriptors (not the peer's fault: the offer is declined). The caller keeps `memfd` and closes it. */
 pl_ring_t *pl_ring_adopt(int memfd, int *out_bell, bool *peer_fault, const char **reason);
 
-/* Takes the peer's bell (a descriptor the peer sent): checks that it is an eventfd that does not block, and keeps
- * it. false with *reason when it is not; the caller still owns `fd` then. */
+/* Takes this side's bell, the read end of the pipe the peer rings it with (a descriptor the peer sent): checks that
+ * it is one, and keeps it. false with *reason when it is not, or when the ring has its bell already; the caller
+ * still owns `fd` then. */
 bool pl_ring_take_peer_bell(pl_ring_t *ring, int fd, const char **reason);
 
-/* This side's bell, watched by its readers (edge-triggered: it is never read). */
+/* This side's bell, once taken (-1 before): watched by its readers, edge-triggered, and emptied by the ring itself
+ * now and then. */
 int pl_ring_bell(const pl_ring_t *ring);
 
 /* Unmaps and closes everything (no reader or writer may be using it). NULL is ignored. */

@@ -120,12 +120,6 @@ struct CrossProcessRingTests {
         return fd // F_ADD_SEALS is 1033
     }
 
-    /// A nonblocking eventfd (eventfd, which the Glibc module does not declare either).
-    static func makeEventfd() -> Int32 {
-        typealias Eventfd = @convention(c) (UInt32, Int32) -> Int32
-        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "eventfd") else { return -1 }
-        return unsafeBitCast(symbol, to: Eventfd.self)(0, 0o4000 | 0o2000000) // EFD_NONBLOCK, EFD_CLOEXEC
-    }
 
     /// Sends a packet with descriptors beside it (SCM_RIGHTS).
     static func send(_ fd: Int32, _ bytes: [UInt8], descriptors: [Int32]) -> Bool {
@@ -187,15 +181,16 @@ struct CrossProcessRingTests {
         #expect(Self.receive(raw.fd).bytes.first == 1)
 
         let memfd = Self.makeMemfd(bytes: Layout.mapBytes, seals: fault == "an unsealed memfd" ? 0 : 0x7)
-        let bell = Self.makeEventfd()
-        try #require(memfd >= 0 && bell >= 0)
-        defer { close(memfd); close(bell) }
+        // The bell this side rings the service with: a pipe whose read end goes to the service.
+        var bell: [Int32] = [-1, -1]
+        try #require(memfd >= 0 && pipe(&bell) == 0)
+        defer { close(memfd); close(bell[0]); close(bell[1]) }
         let map = try #require(mmap(nil, Layout.mapBytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0))
         defer { munmap(map, Layout.mapBytes) }
         map.storeBytes(of: UInt32(0x474E_5252), toByteOffset: 0, as: UInt32.self) // "RRNG", layout 1, the ring size
         map.storeBytes(of: UInt32(1), toByteOffset: 4, as: UInt32.self)
         map.storeBytes(of: UInt32(Layout.ringBytes), toByteOffset: 8, as: UInt32.self)
-        #expect(Self.send(raw.fd, Raw.frame(12, Raw.le32(UInt32(Layout.ringBytes)) + Raw.le32(0)), descriptors: [memfd, bell]))
+        #expect(Self.send(raw.fd, Raw.frame(12, Raw.le32(UInt32(Layout.ringBytes)) + Raw.le32(0)), descriptors: [memfd, bell[0]]))
 
         if fault != "an unsealed memfd" {
             let accepted = Self.receive(raw.fd)
@@ -210,8 +205,8 @@ struct CrossProcessRingTests {
             message.withUnsafeBytes { map.advanced(by: Layout.clientRecords + 8).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
             let first = 8 + (message.count + 7) & ~7
             map.storeBytes(of: UInt32(first), toByteOffset: Layout.clientTail, as: UInt32.self)
-            var one: UInt64 = 1
-            _ = write(accepted.descriptor, &one, 8)
+            var one: UInt8 = 1
+            _ = write(bell[1], &one, 1)
             let delivered = try port.receive(timeout: .seconds(10))
             #expect(delivered.id == 7 && delivered.payload == [42])
             // Then the fault.
@@ -222,7 +217,7 @@ struct CrossProcessRingTests {
                 map.storeBytes(of: UInt32(9), toByteOffset: Layout.clientRecords + first + 4, as: UInt32.self) // kind 9
                 map.storeBytes(of: UInt32(first + 16), toByteOffset: Layout.clientTail, as: UInt32.self)
             }
-            _ = write(accepted.descriptor, &one, 8)
+            _ = write(bell[1], &one, 1)
         }
         // The service hung up: the socket ends (after nothing, or after what it still had to say).
         var last = Self.receive(raw.fd)

@@ -25,9 +25,11 @@ let ipcPingPongScenario = Scenario(
     primeCrossProcess()
     let broken = BrokenRuns()
     let (sourceVariant, requestVariant, receiveVariant) = ("Source1", "request()", "send + receive(into:)")
+    let socketVariant = "Source1, socket only"
     let samples = checkingDescriptors("ipc-pingpong") {
         measureInterleaved(runs: settings.runs, series: [
-            "loop: Source1", "ports: request()", "ports: send + receive", "seqpacket floor",
+            "loop: Source1", "ports: request()", "ports: send + receive", "loop: Source1, socket only",
+            "seqpacket floor",
         ], [
             {
                 broken.retrying(sourceVariant) {
@@ -44,6 +46,11 @@ let ipcPingPongScenario = Scenario(
                     withEchoChild { ipcReceivePingPong($0, warmup: warmup, roundTrips: roundTrips) }
                 }
             },
+            {
+                broken.retrying(socketVariant) {
+                    withRingsOff { withEchoChild { ipcLoopPingPong($0, warmup: warmup, roundTrips: roundTrips) } }
+                }
+            },
             { floorNanoseconds("seqpacket ping-pong", bf_seqpacket_pingpong(UInt64(warmup), UInt64(roundTrips)),
                                per: roundTrips) },
         ])
@@ -55,9 +62,11 @@ let ipcPingPongScenario = Scenario(
             unit: unit),
         Row(.ours, "ports: send + receive(into:) on a reply port → Source1 service in another process",
             sample: samples[2], unit: unit),
-        Row(.floor, "C floor: SOCK_SEQPACKET socketpair, two processes, blocking send/recv", sample: samples[3],
+        Row(.ours, "loop: Source1 port → Source1 service in another process, socket only (sharedRings .never)",
+            sample: samples[3], unit: unit),
+        Row(.floor, "C floor: SOCK_SEQPACKET socketpair, two processes, blocking send/recv", sample: samples[4],
             unit: unit, short: "seqpacket"),
-    ].withPeerRatios() + [sourceVariant, requestVariant, receiveVariant].map { variant in
+    ].withPeerRatios() + [sourceVariant, requestVariant, receiveVariant, socketVariant].map { variant in
         Row(.counter, "runs repeated, the connection to the child broke: \(variant)",
             value: Double(broken.counts[variant] ?? 0), unit: "runs", decimals: 0)
     }
@@ -89,6 +98,7 @@ let ipcThroughputScenario = Scenario(
             },
             { perSecond(ipcSinkThroughput(messages: messages, loop: false).seconds) },
             { perSecond(ipcSinkThroughput(messages: messages, loop: true, packs: true).seconds) },
+            { perSecond(ipcSinkThroughput(messages: messages, loop: true, rings: false).seconds) },
             // Last, so that the descriptor count after the runs does not catch a loop thread still letting go.
             {
                 let elapsed = bf_seqpacket_throughput(UInt64(messages))
@@ -103,12 +113,24 @@ let ipcThroughputScenario = Scenario(
             sample: samples[1], unit: unit, decimals: 0),
         Row(.ours, "loop: Source1 service, sender in another process packing its stream (packsStreams)",
             sample: samples[2], unit: unit, decimals: 0),
-        Row(.floor, "C floor: SOCK_SEQPACKET send per message, two processes", sample: samples[3], unit: unit,
+        Row(.ours, "loop: Source1 service, sender in another process, socket only (sharedRings .never)",
+            sample: samples[3], unit: unit, decimals: 0),
+        Row(.floor, "C floor: SOCK_SEQPACKET send per message, two processes", sample: samples[4], unit: unit,
             decimals: 0, short: "seqpacket"),
     ].withPeerRatios() + [
         Row(.counter, "loop: Source1 service, passes that slept per message", sample: side.sample("loop passes"),
             unit: "per msg", decimals: 5),
     ]
+}
+
+/// Runs `body` with this process's connections kept to their sockets (`PortNamespace.sharedRings` `.never`): the
+/// socket-only variants, beside the default where a busy connection moves to a shared-memory ring. This process
+/// is the client there, and a client decides.
+func withRingsOff<T>(_ body: () -> T) -> T {
+    let saved = PortNamespace.sharedRings
+    PortNamespace.sharedRings = .never
+    defer { PortNamespace.sharedRings = saved }
+    return body()
 }
 
 /// One untimed exchange with a child before the measured runs: the first look-up starts this process's
@@ -330,7 +352,7 @@ final class IPCSink: @unchecked Sendable {
 /// `size` bytes. `allocations`, when given, counts this process's allocations from the first message to the
 /// last. Returns the time from the child's first timed send to the last message's arrival at the handler (or
 /// the receive), and (for the loop) how many passes slept meanwhile.
-func ipcSinkThroughput(messages: Int, loop: Bool, size: Int = 8, packs: Bool = false,
+func ipcSinkThroughput(messages: Int, loop: Bool, size: Int = 8, packs: Bool = false, rings: Bool = true,
                        allocations: AllocationWindow? = nil) -> (seconds: Double, sleeps: Int) {
     let space = TemporaryNamespace()
     let sink = IPCSink(messages: messages, allocations: allocations)
@@ -353,8 +375,9 @@ func ipcSinkThroughput(messages: Int, loop: Bool, size: Int = 8, packs: Bool = f
                     try loop.add(observer, mode: .default)
                 }
             }
+            // Packing is the socket's: a sender that packs keeps to it.
             let child = BenchChild(role: "send", [space.path, ipcServiceName, "\(messages)", "\(size)"]
-                                   + (packs ? ["--pack"] : []))
+                                   + (packs ? ["--pack"] : []) + (packs || !rings ? ["--no-rings"] : []))
             let status = child.finish(within: 600)
             if status != 0 { consumer.loop.stop() }
             consumer.join()
@@ -379,8 +402,9 @@ func ipcSinkThroughput(messages: Int, loop: Bool, size: Int = 8, packs: Bool = f
                     }
                 }
             }
+            // Packing is the socket's: a sender that packs keeps to it.
             let child = BenchChild(role: "send", [space.path, ipcServiceName, "\(messages)", "\(size)"]
-                                   + (packs ? ["--pack"] : []))
+                                   + (packs ? ["--pack"] : []) + (packs || !rings ? ["--no-rings"] : []))
             let status = child.finish(within: 600)
             guard status == 0 else { fatalError("ipc-throughput: the sending child failed") }
             receiver.join()

@@ -283,7 +283,9 @@ func waitForNoConnections(_ scenario: String) {
 /// - `send`: looks NAME up, makes a ``IPCMessage/warmUp`` request, takes the clock, sends COUNT ``IPCMessage/data``
 ///   messages of SIZE bytes (8 when absent; timeout `.forever`; the first 8 bytes of the first carry the clock,
 ///   of the others their index), then makes a ``IPCMessage/done`` request and exits 0. THRESHOLD, when given,
-///   is set as `PortNamespace.outOfLineThreshold` first (large-payloads: `Int.max` sends in frames).
+///   is set as `PortNamespace.outOfLineThreshold` first (large-payloads: `Int.max` sends in frames). `--pack`
+///   sets `PortNamespace.packsStreams` first.
+/// - Any role, with `--no-rings`: `PortNamespace.sharedRings` is `.never` (every frame through the socket).
 /// - The roles of the peers scenarios (NIO and gRPC servers and senders, the `peers-clients` servers and
 ///   clients): ``runPeerChild(_:_:)``, which takes NAMESPACE as a directory and NAME as a socket file in it.
 ///
@@ -297,6 +299,8 @@ func runIPCChild(_ arguments: [String]) -> Never {
     guard bs_die_with_parent(parent) == 0 else { exit(3) } // the parent is gone already
     let namespace = PortNamespace(path: arguments[2])
     let name = arguments[3]
+    // The socket-only variants: this process neither offers a shared-memory ring nor takes one.
+    if arguments.contains("--no-rings") { PortNamespace.sharedRings = .never }
     switch arguments[0] {
     case "echo":
         let size = arguments.count >= 5 ? Int(arguments[4]) ?? 0 : 8

@@ -18,7 +18,7 @@ let portLoopPublicTypes: [Any.Type] = [
     RunLoopStallMonitor.self, RunLoopStallMonitor.Report.self, RunLoopThread.self, RunLoopThreadError<Never>.self,
     RunLoopTimer.self, StallMonitorError.self, RunLoopSignalSource.self, MainRunLoopExecutor.self,
     PortLoopExecutorFactory.self, PeerPolicy.self, PortNamespace.self, MessageAttachment.self, ServiceStatus.self,
-    MessageDescriptor.self, CrossProcessStatistics.self, SenderIdentity.self, PortNotification.self,
+    SharedRingPolicy.self, MessageDescriptor.self, CrossProcessStatistics.self, SenderIdentity.self, PortNotification.self,
     PortNotificationRequest.self, RunLoopNotificationWatch.self,
 ]
 /// Noncopyable types cannot be `Any.Type`.
