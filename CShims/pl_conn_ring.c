@@ -90,11 +90,13 @@ void pl_conn_ring_maybe_offer_locked(pl_conn_t *conn) {
     }
     int mode = pl_shared_rings();
     if (mode == PL_RINGS_NEVER) return;
-    if (conn->frames_put > 0 && mode != PL_RINGS_ALWAYS) {
+    /* Always: the first offer at once. Any later one (this one failed, or was refused) only after a while. */
+    if (conn->frames_put > 0 && (mode != PL_RINGS_ALWAYS || conn->ring_offered)) {
         conn->frames_put--;
         return;
     }
-    conn->frames_put = PL_RING_RETRY_AFTER; /* for the next offer, if this one fails or is refused */
+    conn->ring_offered = true;
+    conn->frames_put = PL_RING_RETRY_AFTER;
     pl_ring_t *ring;
     int memfd, bell;
     if (pl_ring_create(&ring, &memfd, &bell) != PL_OK) return; /* the socket serves; an offer later */

@@ -189,6 +189,39 @@ void pl_feeders_watch_bell(pl_conn_t *conn) {
     free(sets);
 }
 
+/* Whether a connection's ring holds records for its reader (no lock held; false while another thread reads it,
+ * unless that reader was left a note to read once more). */
+static bool pl_ring_pending(pl_conn_t *conn) {
+    if (pthread_mutex_trylock(&conn->read_lock) != 0) return false;
+    bool pending = conn->ring_reading && !conn->ring_mark && pl_ring_pending_bytes(conn->ring) > 0;
+    pthread_mutex_unlock(&conn->read_lock);
+    return pending || atomic_load_explicit(&conn->read_again, memory_order_seq_cst);
+}
+
+bool pl_feeders_pump_pending_locked(pl_port_set_t *set) {
+    if (set->feeder_count == 0) return false;
+    pl_conn_t *conns[PL_POLL_MAX];
+    uint32_t count = 0;
+    for (pl_feeder_t *f = set->feeders; f != NULL && count < PL_POLL_MAX; f = f->next) {
+        if (f->detached || atomic_load_explicit(&f->conn->bell_watched, memory_order_acquire) < 0) continue;
+        pl_conn_retain(f->conn);
+        conns[count++] = f->conn;
+    }
+    if (count == 0) return false;
+    pthread_mutex_unlock(&set->lock);
+    bool pumped = false;
+    for (uint32_t i = 0; i < count; i++) {
+        if (pl_ring_pending(conns[i])) {
+            pl_feeder_pump(set, conns[i]); /* releases the reference */
+            pumped = true;
+        } else {
+            pl_conn_release(conns[i]);
+        }
+    }
+    pthread_mutex_lock(&set->lock);
+    return pumped;
+}
+
 /* ---- detaching --------------------------------------------------------------------------------------- */
 
 /* Takes `conn`'s feeder out of `set` (its poller too, unless detached already). */

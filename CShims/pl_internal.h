@@ -178,6 +178,11 @@ struct pl_port_set {
 /* With the set lock held, right after a poll: the feeders among the events' ids, each retained, at most `max`. */
 uint32_t pl_feeders_collect_locked(pl_port_set_t *set, const uint64_t *ids, uint32_t count, struct pl_conn **out,
                                    uint32_t max);
+/* Before a receiver sleeps (set lock held, and held again on return): reads the rings of the connections this set
+ * feeds from that hold records. A ring's writer rings only a reader that stopped looking, so records that a reader
+ * left (the transport, handing a flood over) bring no bell: whoever sleeps must look first. Returns whether it read
+ * any. */
+bool pl_feeders_pump_pending_locked(pl_port_set_t *set);
 /* Reads what a feeder has for us (the set's leader, no lock held); releases the reference. */
 void pl_feeder_pump(pl_port_set_t *set, struct pl_conn *conn);
 /* The set is destroyed: every connection it watches forgets it. */

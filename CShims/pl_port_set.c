@@ -558,6 +558,7 @@ static pl_status_t pl_port_set_receive_looking(pl_port_set_t *set, pl_received_t
 
     int64_t deadline = pl_deadline_ns(timeout_ns);
     bool polled_once = false;   /* for timeout 0: descriptors were looked at */
+    bool rings_read = false;    /* the rings of the connections this set feeds from were looked at */
     bool was_leader = false;
     pl_status_t status;
 
@@ -611,6 +612,11 @@ static pl_status_t pl_port_set_receive_looking(pl_port_set_t *set, pl_received_t
             break;
         }
 
+        if (!set->polling && !rings_read && set->feeder_count > 0) {
+            /* Once per receive, before sleeping: records left in a ring ring no bell (pl_internal.h). */
+            rings_read = true;
+            if (pl_feeders_pump_pending_locked(set)) continue;
+        }
         if (!set->polling && (set->fd_count > 0 || set->feeder_count > 0 || deadline != INT64_MAX)) {
             /* Become the leader: sleep in the poller until a wake-up, a descriptor or the deadline. */
             set->polling = true;

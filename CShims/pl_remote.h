@@ -201,6 +201,7 @@ struct pl_conn {
     uint8_t ring_state;       /* write_lock: how this side's frames go (pl_conn_ring_state_t) */
     uint32_t frames_put;      /* write_lock: frames to put before the next offer (a client offers once it is busy) */
     bool hello_sent;          /* write_lock: this side's HELLO went (nothing may go before it, an offer neither) */
+    bool ring_offered;        /* write_lock: a client's: it offered once already (later offers wait their turn) */
     bool socket_blocked;      /* write_lock: the outgoing queue's head waits for the socket, not the ring */
     atomic_bool ring_writing; /* ring_state is PL_CONN_RING_WRITING, readable without the write lock */
     atomic_bool ring_pending; /* a switch is under way: the socket is read a packet at a time until it is done */

@@ -88,14 +88,20 @@ static void pl_ring_bell_ring(int fd) {
      * does not empty it loses its own wake-ups. */
 }
 
-/* Where a bell's bytes go when it is emptied: /dev/null, opened once per process (-1 if it cannot be). */
+/* Where a bell's bytes go when it is emptied: /dev/null, opened once per process (-1 if it cannot be), by the
+ * transport thread's start (pl_ring_prepare) so that it is one of the process's lasting descriptors from the first
+ * connection on, not one that appears later. */
 static int pl_null_fd = -1;
 static pthread_once_t pl_null_once = PTHREAD_ONCE_INIT;
 static void pl_null_open(void) { pl_null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC); }
 
-static void pl_ring_bell_drain(int fd) {
+bool pl_ring_prepare(void) {
     pthread_once(&pl_null_once, pl_null_open);
-    if (fd < 0 || pl_null_fd < 0) return;
+    return pl_null_fd >= 0;
+}
+
+static void pl_ring_bell_drain(int fd) {
+    if (fd < 0 || !pl_ring_prepare()) return;
     for (int i = 0; i < 16; i++) {
         ssize_t n = splice(fd, NULL, pl_null_fd, NULL, 1u << 16, SPLICE_F_NONBLOCK);
         if (n <= 0 && !(n < 0 && errno == EINTR)) return;

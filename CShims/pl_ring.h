@@ -52,6 +52,9 @@ typedef enum pl_ring_put_result {
     PL_RING_CORRUPT,          /* the peer broke the ring's rules (an index out of bounds) */
 } pl_ring_put_result_t;
 
+/* Opens what emptying bells needs (/dev/null, once per process). false when it cannot (no descriptor left). */
+bool pl_ring_prepare(void);
+
 /* The client's side: a new memfd of PL_RING_MAP_BYTES (sealed against shrinking and growing), mapped, and the pipe
  * this side rings the peer's readers with. *out_memfd and *out_bell (the pipe's read end) are to be sent to the
  * peer, then closed by the caller; the ring keeps the write end. PL_ERR_SYSTEM (errno kept) or PL_ERR_NO_MEMORY:

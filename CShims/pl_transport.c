@@ -142,6 +142,8 @@ pl_status_t pl_transport_start(void) {
         int error = 0;
         if (epoll_fd < 0) {
             status = pl_system_failure("epoll_create1");
+        } else if (!pl_ring_prepare()) {
+            status = pl_system_failure("open(/dev/null)"); /* where shared rings' bells are emptied */
         } else if (wake_fd < 0) {
             status = pl_system_failure("eventfd");
         } else if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &wake) != 0) {
@@ -451,6 +453,17 @@ static void pl_unwatch(pl_conn_t *conn) {
     pthread_mutex_unlock(&conn->write_lock);
 }
 
+/* Stops watching a connection for PL_REST_NS (it is not resting already). */
+static void pl_rest_begin(pl_conn_t *conn, int64_t now) {
+    pl_unwatch(conn);
+    atomic_fetch_add_explicit(&pl_rests, 1, memory_order_relaxed);
+    conn->rest_until = now + PL_REST_NS;
+    conn->set_read_at_rest = atomic_load_explicit(&conn->set_packets_read, memory_order_relaxed);
+    pl_conn_retain(conn);
+    conn->next_resting = pl_resting;
+    pl_resting = conn;
+}
+
 /* Whether to leave what woke the transport (`events` on `conn`, at `now`) to the sets the connection feeds. */
 static bool pl_rest(pl_conn_t *conn, uint32_t events, int64_t now) {
     if ((events & (EPOLLHUP | EPOLLERR)) != 0) return false;
@@ -465,14 +478,12 @@ static bool pl_rest(pl_conn_t *conn, uint32_t events, int64_t now) {
         pl_unwatch(conn);
         return true;
     }
-    if (now - last > PL_STREAM_GAP_NS || !sets_kept_up || !pl_feeds_sets(conn)) return false;
-    pl_unwatch(conn);
-    atomic_fetch_add_explicit(&pl_rests, 1, memory_order_relaxed);
-    conn->rest_until = now + PL_REST_NS;
-    conn->set_read_at_rest = set_read;
-    pl_conn_retain(conn);
-    conn->next_resting = pl_resting;
-    pl_resting = conn;
+    /* By ring, the sets read only what the transport leaves them: it must leave first. A set that is awake finds
+     * the bell's edge in its poller when it next looks; one that sleeps is woken by it, now that the transport's
+     * watch is off; and the rest's end reads what no set took. */
+    bool ring = atomic_load_explicit(&conn->bell_watched, memory_order_acquire) >= 0;
+    if (now - last > PL_STREAM_GAP_NS || !(sets_kept_up || ring) || !pl_feeds_sets(conn)) return false;
+    pl_rest_begin(conn, now);
     return true;
 }
 
@@ -552,7 +563,10 @@ static void pl_run_commands(void) {
             break;
         case PL_CMD_READ:
             /* A reader handed over a flood: on a resting connection, the watch must report what is left. */
-            if (pl_read_conn(command->conn, pl_thread_frame_buffer()) == PL_READ_MORE) pl_end_rest_now(command->conn);
+            if (pl_read_conn(command->conn, pl_thread_frame_buffer()) == PL_READ_MORE &&
+                atomic_load_explicit(&command->conn->bell_watched, memory_order_acquire) < 0) {
+                pl_end_rest_now(command->conn);
+            }
             break;
         case PL_CMD_WITHDRAW: {
             pl_port_t *port = command->port;
@@ -592,9 +606,13 @@ static pl_read_result_t pl_read_conn(pl_conn_t *conn, uint8_t *buffer) {
         pthread_mutex_unlock(&conn->read_lock);
         pl_transport_end(conn, why);
     }
-    /* PL_READ_MORE: a flood. The next wait would report a socket that stays readable, but a bell is an edge: the
-     * transport asks itself to read on, after whatever else woke it. */
-    if (result == PL_READ_MORE) pl_transport_read(conn);
+    /* PL_READ_MORE: a flood. The next wait reports a socket that stays readable, but a bell is an edge. A ring that
+     * feeds sets is left to them (they empty their rings before they sleep), for a rest whose end reads what they
+     * left; one that feeds none, the transport reads on, after whatever else woke it. */
+    if (result == PL_READ_MORE && atomic_load_explicit(&conn->bell_watched, memory_order_acquire) >= 0) {
+        if (!pl_feeds_sets(conn)) pl_transport_read(conn);
+        else if (conn->rest_until == 0) pl_rest_begin(conn, pl_now_ns());
+    }
     return result;
 }
 
