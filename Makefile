@@ -26,8 +26,8 @@
 #   bench-plots  the latency and throughput scenarios (PLOT_SCENARIOS) with --json and --histograms into
 #                PLOTS_DIR (Benchmarks/plots), then their charts there (Benchmarks/plot.py, gnuplot); installs
 #                gnuplot-nox with apt-get when missing (bench-plot-deps). PLOT_ARGS: more portloop-bench options
-#   fuzz         the C layer's fuzz harnesses (ports against a model; the wire) for FUZZ_SECONDS (600) each;
-#                fuzz-quick: 30 s and 60 s, in test
+#   fuzz         the C layer's fuzz harnesses (ports against a model; the wire; the shared-memory rings) for
+#                FUZZ_SECONDS (600) each; fuzz-quick: 30 s, 60 s and 30 s, in test
 #   leakcheck    the C send/receive/destroy stress program under AddressSanitizer + LeakSanitizer + UBSan,
 #                then under valgrind when it is installed (stress-valgrind)
 #   clean        remove every build directory
@@ -142,15 +142,18 @@ leakcheck: deps
 	fi
 
 # The C layer's fuzz harnesses (Tests/CFuzz), with libFuzzer from the Swift toolchain's clang, AddressSanitizer,
-# LeakSanitizer and UBSan: pl_fuzz_model (ports and sets against a reference model) and pl_fuzz_wire (what another
-# process can send: frames and the handshake). fuzz-quick (part of make test) runs them FUZZ_QUICK_SECONDS and
-# FUZZ_WIRE_QUICK_SECONDS; fuzz runs each FUZZ_SECONDS and prints libFuzzer's figures. The corpora grow in
-# .build-fuzz/corpus and .build-fuzz/wire-corpus, seeded from Tests/CFuzz/corpus and Tests/CFuzz/wire-corpus.
+# LeakSanitizer and UBSan: pl_fuzz_model (ports and sets against a reference model), pl_fuzz_wire (what another
+# process can send: frames and the handshake) and pl_fuzz_ring (what another process can write into a shared-memory
+# ring). fuzz-quick (part of make test) runs them FUZZ_QUICK_SECONDS, FUZZ_WIRE_QUICK_SECONDS and
+# FUZZ_RING_QUICK_SECONDS; fuzz runs each FUZZ_SECONDS and prints libFuzzer's figures. The corpora grow in
+# .build-fuzz/corpus, .build-fuzz/wire-corpus and .build-fuzz/ring-corpus, seeded from Tests/CFuzz/corpus,
+# Tests/CFuzz/wire-corpus and Tests/CFuzz/ring-corpus.
 FUZZ_CC            ?= $(dir $(realpath $(shell command -v $(SWIFT))))clang
 FUZZ_DIR           ?= .build-fuzz
 FUZZ_SECONDS       ?= 600
 FUZZ_QUICK_SECONDS ?= 30
 FUZZ_WIRE_QUICK_SECONDS ?= 60
+FUZZ_RING_QUICK_SECONDS ?= 30
 FUZZ_FLAGS          = -std=gnu11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fuse-ld=lld \
                       -ICShims/include -ICShims
 
@@ -162,21 +165,29 @@ $(FUZZ_DIR)/pl_fuzz_wire: Tests/CFuzz/pl_fuzz_wire.c $(wildcard CShims/*.c CShim
 	@mkdir -p $(FUZZ_DIR)/wire-corpus
 	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ Tests/CFuzz/pl_fuzz_wire.c $(wildcard CShims/*.c) $(DISPATCH_LIBS)
 
+$(FUZZ_DIR)/pl_fuzz_ring: Tests/CFuzz/pl_fuzz_ring.c $(wildcard CShims/*.c CShims/*.h CShims/include/*.h)
+	@mkdir -p $(FUZZ_DIR)/ring-corpus
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ Tests/CFuzz/pl_fuzz_ring.c $(wildcard CShims/*.c) $(DISPATCH_LIBS)
+
 FUZZ_SUMMARY = grep -E '^(\#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss|Done )|ERROR|SUMMARY'
 
-fuzz-quick: $(FUZZ_DIR)/pl_fuzz_model $(FUZZ_DIR)/pl_fuzz_wire
+fuzz-quick: $(FUZZ_DIR)/pl_fuzz_model $(FUZZ_DIR)/pl_fuzz_wire $(FUZZ_DIR)/pl_fuzz_ring
 	$(FUZZ_DIR)/pl_fuzz_model -max_total_time=$(FUZZ_QUICK_SECONDS) -print_final_stats=1 \
 	    $(FUZZ_DIR)/corpus Tests/CFuzz/corpus 2>&1 | $(FUZZ_SUMMARY)
 	$(FUZZ_DIR)/pl_fuzz_wire -max_total_time=$(FUZZ_WIRE_QUICK_SECONDS) -print_final_stats=1 \
 	    $(FUZZ_DIR)/wire-corpus Tests/CFuzz/wire-corpus 2>&1 | $(FUZZ_SUMMARY)
-	@echo "fuzz-quick: no failure in $(FUZZ_QUICK_SECONDS) s (model) and $(FUZZ_WIRE_QUICK_SECONDS) s (wire)"
+	$(FUZZ_DIR)/pl_fuzz_ring -max_total_time=$(FUZZ_RING_QUICK_SECONDS) -print_final_stats=1 \
+	    $(FUZZ_DIR)/ring-corpus Tests/CFuzz/ring-corpus 2>&1 | $(FUZZ_SUMMARY)
+	@echo "fuzz-quick: no failure (model $(FUZZ_QUICK_SECONDS) s, wire $(FUZZ_WIRE_QUICK_SECONDS) s, ring $(FUZZ_RING_QUICK_SECONDS) s)"
 
-fuzz: $(FUZZ_DIR)/pl_fuzz_model $(FUZZ_DIR)/pl_fuzz_wire
+fuzz: $(FUZZ_DIR)/pl_fuzz_model $(FUZZ_DIR)/pl_fuzz_wire $(FUZZ_DIR)/pl_fuzz_ring
 	$(FUZZ_DIR)/pl_fuzz_model -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $(FUZZ_DIR)/corpus Tests/CFuzz/corpus
 	$(FUZZ_DIR)/pl_fuzz_wire -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	    $(FUZZ_DIR)/wire-corpus Tests/CFuzz/wire-corpus
+	$(FUZZ_DIR)/pl_fuzz_ring -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    $(FUZZ_DIR)/ring-corpus Tests/CFuzz/ring-corpus
 
-# The same program without sanitizers, under valgrind's leak checker (about 8 s). `leakcheck` runs it
+# The same program without sanitizers, under valgrind's leak checker (about 25 s on 2 cores). `leakcheck` runs it
 # when valgrind is installed; `make deps` does not install valgrind. DWARF 4: valgrind cannot read the
 # DWARF 5 that newer clangs write. --child-silent-after-fork: the fork scenario's child inherits the parent's memory,
 # which valgrind would report as its leaks. --fair-sched: valgrind runs one thread at a time, and by default a thread

@@ -88,22 +88,26 @@ static void pl_ring_bell_ring(int fd) {
      * does not empty it loses its own wake-ups. */
 }
 
-/* Where a bell's bytes go when it is emptied: /dev/null, opened once per process (-1 if it cannot be), by the
- * transport thread's start (pl_ring_prepare) so that it is one of the process's lasting descriptors from the first
- * connection on, not one that appears later. */
-static int pl_null_fd = -1;
-static pthread_once_t pl_null_once = PTHREAD_ONCE_INIT;
-static void pl_null_open(void) { pl_null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC); }
+/* Where a bell's bytes go when it is emptied: /dev/null, opened once per process, by the transport thread's start
+ * (pl_ring_prepare) so that it is one of the process's lasting descriptors from the first connection on, not one
+ * that appears later. An open that failed (no descriptor left) is tried again at the next call: once for good,
+ * a process short of descriptors for a moment could never start its transport again. */
+static atomic_int pl_null_fd = -1;
 
 bool pl_ring_prepare(void) {
-    pthread_once(&pl_null_once, pl_null_open);
-    return pl_null_fd >= 0;
+    if (atomic_load_explicit(&pl_null_fd, memory_order_acquire) >= 0) return true;
+    int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return false; /* errno kept */
+    int none = -1;
+    if (!atomic_compare_exchange_strong(&pl_null_fd, &none, fd)) close(fd); /* another thread's came first */
+    return true;
 }
 
 static void pl_ring_bell_drain(int fd) {
     if (fd < 0 || !pl_ring_prepare()) return;
+    int null = atomic_load_explicit(&pl_null_fd, memory_order_acquire);
     for (int i = 0; i < 16; i++) {
-        ssize_t n = splice(fd, NULL, pl_null_fd, NULL, 1u << 16, SPLICE_F_NONBLOCK);
+        ssize_t n = splice(fd, NULL, null, NULL, 1u << 16, SPLICE_F_NONBLOCK);
         if (n <= 0 && !(n < 0 && errno == EINTR)) return;
     }
 }
@@ -251,7 +255,8 @@ bool pl_ring_take_peer_bell(pl_ring_t *ring, int fd, const char **reason) {
         *reason = "ring: a second bell";
         return false;
     }
-    if (flags < 0 || (flags & O_ACCMODE) != O_RDONLY || fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
+    /* O_PATH: a FIFO's path, open for neither (fstat takes it, epoll and splice do not: EBADF). */
+    if (flags < 0 || (flags & (O_ACCMODE | O_PATH)) != O_RDONLY || fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
         *reason = "ring: the peer's bell is not the read end of a pipe";
         return false;
     }

@@ -38,6 +38,20 @@
  *   status_queries           four threads ask a service in a child process for its status over one
  *                            connection, with echoes of every size, until the child is killed: each gets
  *                            answers from the child's pid, then invalid-destination, none waits longer
+ *   ring_prepare_again       in a process of its own, the transport's start fails for want of descriptors (the
+ *                            /dev/null where bells are emptied among them) and succeeds once they are back
+ *   ring_bells               a shared-memory ring's wake-ups step by step: one ring per pass for an armed
+ *                            reader, the reader's done rings a writer that found no room, a pad alone rings; a
+ *                            bell (a pipe) is never read, and its side's every 256th arm empties it
+ *   ring_hostile             each rule a peer can break in the shared memory gives BROKEN or CORRUPT; what is
+ *                            not a ring's memfd (or one sealed against writing), or not a pipe's read end for a
+ *                            bell, or a second bell, is refused
+ *   ring_stuck_bell          a peer makes the bells it holds blocking and full, and closes its end: rings and
+ *                            emptyings still return at once (a timer fails the scenario instead of a hang), and
+ *                            no ring raises SIGPIPE
+ *   ring_fork_stream         200,000 records from a child process through a ring, each checked, both sides
+ *                            sleeping on their bells (edge-triggered epoll, as a connection's readers): a lost
+ *                            wake-up fails on a timeout; neither bell holds more than 512 rings
  *
  * Payloads are small (inline, <= 48 bytes) and large (heap) and carry a pattern derived from the message
  * id, checked on receipt.
@@ -51,13 +65,20 @@
 #define _GNU_SOURCE
 #include "portloop.h"
 #include "pl_remote.h" /* the handle wrap-around scenario drives a connection by hand */
+#include "pl_ring.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -1641,6 +1662,679 @@ static void status_queries_body(void) {
 
 static void scenario_status_queries(void) { run_in_own_process(status_queries_body); }
 
+/* ---- shared-memory rings ------------------------------------------------------------------------------ */
+
+/* The two sides of a ring in one process, each with the read end of the other's bell pipe for its bell, and the
+ * memory as the service's process could write it: plain bytes. */
+typedef struct {
+    pl_ring_t *client, *service;
+    uint8_t *view;
+    int client_seen, service_seen; /* the bytes each bell held when ring_bell_rings last looked */
+} ring_pair_t;
+
+/* Where pl_ring.c (layout 1) keeps a direction's indices and flags (0 client to service, 1 service to client) and
+ * records; ring_pair_open checks the indices against a put, ring_stuck_bell the flags. */
+#define RING_TAIL(direction) (64u + 192u * (direction))
+#define RING_HEAD(direction) (RING_TAIL(direction) + 64u)
+#define RING_ARMED(direction) (RING_TAIL(direction) + 128u)   /* the reader's: ring me */
+#define RING_WAITING(direction) (RING_TAIL(direction) + 132u) /* the writer's: ring me for room */
+/* How often a side's arm empties its bell (PL_BELL_DRAIN_EVERY in pl_ring.c). */
+#define RING_DRAIN_EVERY 256
+#define RING_RECORDS(direction) (PL_RING_HEADER_BYTES + PL_RING_BYTES * (direction))
+enum { RING_PACKET = 1, RING_MARK = 2, RING_PAD = 3 };
+
+static uint8_t ring_pattern[2 * PL_WIRE_MAX_FRAME];
+
+/* The bytes of a packet with sequence number `seq`: a window on a fixed pattern, one of 65,536. */
+static const uint8_t *ring_content(uint32_t seq) {
+    static bool made;
+    if (!made) {
+        uint64_t x = 0x9E3779B97F4A7C15ull;
+        for (size_t i = 0; i < sizeof ring_pattern; i++) ring_pattern[i] = (uint8_t)rnd(&x);
+        made = true;
+    }
+    return ring_pattern + (seq * 7919u) % PL_WIRE_MAX_FRAME;
+}
+
+/* Puts packet `seq` of `length` bytes, as a head and a body. */
+static pl_ring_put_result_t ring_put(pl_ring_t *ring, uint32_t seq, uint32_t length) {
+    const uint8_t *bytes = ring_content(seq);
+    return pl_ring_put(ring, bytes, length / 3, bytes + length / 3, length - length / 3, false);
+}
+
+static uint32_t *ring_word(ring_pair_t *p, uint32_t offset) { return (uint32_t *)(p->view + offset); }
+
+static void ring_write_record_header(ring_pair_t *p, uint32_t offset, uint32_t length, uint16_t kind,
+                                     uint16_t reserved) {
+    memcpy(p->view + offset, &length, 4);
+    memcpy(p->view + offset + 4, &kind, 2);
+    memcpy(p->view + offset + 6, &reserved, 2);
+}
+
+/* The bytes waiting in a side's bell, a byte a ring. A bell is never read here: the ring empties it itself. */
+static int ring_bell_bytes(pl_ring_t *ring) {
+    int bytes = -1;
+    CHECK(ioctl(pl_ring_bell(ring), FIONREAD, &bytes) == 0 && bytes >= 0);
+    return bytes;
+}
+
+/* The rings of a side's bell since the last call (none of its arms emptied it meanwhile). */
+static int ring_bell_rings(ring_pair_t *p, pl_ring_t *ring) {
+    int *seen = ring == p->client ? &p->client_seen : &p->service_seen;
+    int now = ring_bell_bytes(ring), rings = now - *seen;
+    *seen = now;
+    return rings;
+}
+
+static void ring_pair_open(ring_pair_t *p) {
+    int memfd, client_bell, service_bell;
+    bool peer_fault;
+    const char *reason = NULL;
+    CHECK_OK(pl_ring_create(&p->client, &memfd, &client_bell));
+    p->service = pl_ring_adopt(memfd, &service_bell, &peer_fault, &reason);
+    CHECK(p->service != NULL);
+    /* Each side's read end becomes the other's bell (a connection sends it, then closes its copy). */
+    CHECK(pl_ring_take_peer_bell(p->client, service_bell, &reason));
+    CHECK(pl_ring_take_peer_bell(p->service, client_bell, &reason));
+    CHECK(pl_ring_bell(p->client) == service_bell && pl_ring_bell(p->service) == client_bell);
+    p->client_seen = p->service_seen = 0;
+    p->view = mmap(NULL, PL_RING_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    CHECK(p->view != MAP_FAILED);
+    close(memfd);
+    /* The layout this file assumes: a mark and a packet of 100 bytes from the service, and one back. */
+    CHECK(pl_ring_put(p->service, NULL, 0, NULL, 0, true) == PL_RING_PUT);
+    CHECK(ring_put(p->service, 0, 100) == PL_RING_PUT);
+    CHECK(*ring_word(p, RING_TAIL(1)) == 8 + 8 + 104);
+    uint32_t length;
+    memcpy(&length, p->view + RING_RECORDS(1) + 8, 4);
+    CHECK(length == 100);
+    CHECK(ring_put(p->client, 1, 8) == PL_RING_PUT);
+    CHECK(*ring_word(p, RING_TAIL(0)) == 16);
+    uint8_t out[PL_WIRE_MAX_FRAME];
+    size_t taken;
+    CHECK(pl_ring_take(p->client, out, &taken, &reason) == PL_RING_MARK);
+    CHECK(pl_ring_take(p->client, out, &taken, &reason) == PL_RING_PACKET && taken == 100);
+    CHECK(pl_ring_take(p->service, out, &taken, &reason) == PL_RING_PACKET && taken == 8);
+    pl_ring_done_reading(p->client);
+    pl_ring_done_reading(p->service);
+    CHECK(*ring_word(p, RING_HEAD(1)) == 120 && *ring_word(p, RING_HEAD(0)) == 16);
+}
+
+static void ring_pair_close(ring_pair_t *p) {
+    munmap(p->view, PL_RING_MAP_BYTES);
+    pl_ring_free(p->client);
+    pl_ring_free(p->service);
+}
+
+/* ---- ring_prepare_again ------------------------------------------------------------------------------- */
+/* The transport's start opens what it needs, /dev/null for emptying bells among it (pl_ring_prepare), once per
+ * process: an open that failed for want of a descriptor must be tried again by the next start, not remembered.
+ * In a process of its own, where nothing has started the transport or emptied a bell yet. */
+static void prepare_again_body(void) {
+    struct rlimit saved, low;
+    CHECK(getrlimit(RLIMIT_NOFILE, &saved) == 0);
+    low = saved;
+    low.rlim_cur = (rlim_t)open_descriptors() + 32;
+    if (low.rlim_cur > saved.rlim_cur || setrlimit(RLIMIT_NOFILE, &low) != 0) return; /* cannot lower it here */
+    enum { HELD = 256 };
+    int held[HELD], n = 0;
+    while (n < HELD) {
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) break;
+        held[n++] = fd;
+    }
+    CHECK(n < HELD);
+    /* A descriptor more each time, until it starts: one of the failures is /dev/null's. */
+    bool started = false, null_failed = false;
+    for (int free_count = 0; free_count <= 8 && !started; free_count++) {
+        for (int i = 0; i < free_count && n > 0; i++) close(held[--n]);
+        errno = 0;
+        pl_status_t status = pl_transport_start();
+        started = status == PL_OK;
+        const char *call = pl_last_system_call();
+        if (!started) {
+            CHECK_STATUS(status, PL_ERR_SYSTEM);
+            CHECK(errno == EMFILE);
+            null_failed = null_failed || (call != NULL && strcmp(call, "open(/dev/null)") == 0);
+            if (null_failed) break;
+        }
+        for (int i = 0; i < free_count; i++) {
+            held[n] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (held[n] >= 0) n++;
+        }
+    }
+    for (int i = 0; i < n; i++) close(held[i]);
+    CHECK(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+    if (!null_failed) fprintf(stderr, "ring_prepare_again: the transport's start never failed on open(/dev/null)\n");
+    CHECK(null_failed);
+    CHECK_OK(pl_transport_start()); /* descriptors are back: it starts */
+}
+
+static void scenario_ring_prepare_again(void) { run_in_own_process(prepare_again_body); }
+
+/* ---- ring_bells ---------------------------------------------------------------------------------------- */
+/* The wake-up protocol, one step at a time: a reader that armed is rung once for a pass of records, a writer that
+ * found no room is rung by the reader's done, and a writer that pads to the ring's end and then finds no room rings
+ * a reader that had armed (it had not: both sides slept, each waiting for the other). A ring is a byte in the
+ * reader's pipe, counted here with FIONREAD, never read: every 256th arm of its side empties it. */
+static void scenario_ring_bells(void) {
+    ring_pair_t p;
+    ring_pair_open(&p);
+    uint8_t out[PL_WIRE_MAX_FRAME];
+    size_t length;
+    const char *reason;
+    CHECK(!pl_ring_arm(p.client));
+    CHECK(ring_put(p.service, 1, 64) == PL_RING_PUT);
+    CHECK(ring_bell_rings(&p, p.client) == 1);
+    CHECK(ring_put(p.service, 2, 64) == PL_RING_PUT);
+    CHECK(ring_bell_rings(&p, p.client) == 0); /* not armed again: one ring for the pass */
+    CHECK(pl_ring_arm(p.client));            /* records wait: take them, the bell may not ring for them */
+    uint32_t seq = 3;
+    while (ring_put(p.service, seq, PL_WIRE_MAX_FRAME) == PL_RING_PUT) seq++;
+    CHECK(seq == 4 && ring_bell_rings(&p, p.service) == 0);
+    CHECK(pl_ring_take(p.client, out, &length, &reason) == PL_RING_PACKET && length == 64);
+    pl_ring_done_reading(p.client);
+    CHECK(ring_bell_rings(&p, p.service) == 1); /* it waited for room */
+    while (pl_ring_take(p.client, out, &length, &reason) != PL_RING_EMPTY) {}
+    pl_ring_done_reading(p.client);
+    CHECK(ring_bell_rings(&p, p.service) == 0); /* it did not wait again */
+    ring_pair_close(&p);
+
+    /* The writer at the ring's middle (65,536 after the 120 bytes of ring_pair_open and a record of 65,416), the
+     * reader armed: the largest packet pads to the end, and fits only once the pad is taken. */
+    ring_pair_open(&p);
+    CHECK(ring_put(p.service, 1, 65536 - 120 - 8) == PL_RING_PUT);
+    CHECK(pl_ring_take(p.client, out, &length, &reason) == PL_RING_PACKET);
+    CHECK(pl_ring_take(p.client, out, &length, &reason) == PL_RING_EMPTY);
+    pl_ring_done_reading(p.client);
+    ring_bell_rings(&p, p.client);
+    CHECK(!pl_ring_arm(p.client));
+    CHECK(ring_put(p.service, 2, PL_WIRE_MAX_FRAME) == PL_RING_FULL);
+    CHECK(ring_bell_rings(&p, p.client) == 1);
+    CHECK(pl_ring_take(p.client, out, &length, &reason) == PL_RING_EMPTY); /* the pad */
+    pl_ring_done_reading(p.client);
+    CHECK(ring_bell_rings(&p, p.service) == 1);
+    CHECK(ring_put(p.service, 2, PL_WIRE_MAX_FRAME) == PL_RING_PUT);
+    CHECK(pl_ring_take(p.client, out, &length, &reason) == PL_RING_PACKET && length == PL_WIRE_MAX_FRAME &&
+          memcmp(out, ring_content(2), length) == 0);
+    ring_pair_close(&p);
+
+    /* The emptying: a pass a ring, the bytes kept until the 256th arm (ring_pair_open armed neither side), which
+     * empties the bell before its own pass rings again; the other side's bell untouched. */
+    ring_pair_open(&p);
+    for (int pass = 1; pass <= RING_DRAIN_EVERY; pass++) {
+        CHECK(!pl_ring_arm(p.client));
+        CHECK(ring_put(p.service, (uint32_t)pass, 8) == PL_RING_PUT);
+        CHECK(pl_ring_take(p.client, out, &length, &reason) == PL_RING_PACKET && length == 8);
+        CHECK(pl_ring_take(p.client, out, &length, &reason) == PL_RING_EMPTY);
+        pl_ring_done_reading(p.client);
+        if (pass == RING_DRAIN_EVERY - 1) CHECK(ring_bell_bytes(p.client) == RING_DRAIN_EVERY - 1);
+    }
+    CHECK(ring_bell_bytes(p.client) == 1 && ring_bell_bytes(p.service) == 0);
+    ring_pair_close(&p);
+}
+
+/* ---- ring_hostile -------------------------------------------------------------------------------------- */
+/* What a peer can write into the shared memory: each broken rule ends the ring (BROKEN for the reader, CORRUPT for
+ * the writer), and a descriptor that is not a ring's memfd, or not a pipe's read end for a bell, is refused. */
+
+typedef struct {
+    const char *what;
+    uint32_t tail;            /* the service's tail, as written (the reader's head is 120) */
+    bool record;              /* a record's header written at 120 (each case breaks one rule only): */
+    uint32_t length;
+    uint16_t kind, reserved;
+} ring_spoil_t;
+
+static void ring_hostile_writes(void) {
+    static const ring_spoil_t spoils[] = {
+        { "a tail past the ring", 120 + PL_RING_BYTES + 8, true, 100, RING_PACKET, 0 },
+        { "a tail behind the head", 112, true, 100, RING_PACKET, 0 },
+        { "a misaligned tail", 120 + 112 + 4, true, 100, RING_PACKET, 0 },
+        { "a record past the tail", 120 + 16, true, 100, RING_PACKET, 0 },
+        { "a record over the largest packet", 120 + 65536 + 16, true, 65537, RING_PACKET, 0 },
+        { "a reserved byte", 120 + 112, true, 100, RING_PACKET, 1 },
+        { "the other reserved byte", 120 + 112, true, 100, RING_PACKET, 0x100 },
+        { "an unknown kind", 120 + 112, true, 100, 4, 0 },
+        { "kind 0", 120 + 112, true, 100, 0, 0 },
+        { "a mark with bytes", 120 + 112, true, 100, RING_MARK, 0 },
+        { "a packet shorter than a frame", 120 + 16, true, 4, RING_PACKET, 0 },
+        { "a packet of no bytes", 120 + 8, true, 0, RING_PACKET, 0 },
+        { "a pad not ending at the end", PL_RING_BYTES, true, 104, RING_PAD, 0 },
+        { "a pad past the tail", 120 + 112, true, PL_RING_BYTES - 120 - 8, RING_PAD, 0 },
+    };
+    uint8_t out[PL_WIRE_MAX_FRAME];
+    size_t length;
+    for (size_t i = 0; i < sizeof spoils / sizeof spoils[0]; i++) {
+        const ring_spoil_t *s = &spoils[i];
+        ring_pair_t p;
+        ring_pair_open(&p);
+        if (s->record) ring_write_record_header(&p, RING_RECORDS(1) + 120, s->length, s->kind, s->reserved);
+        *ring_word(&p, RING_TAIL(1)) = s->tail;
+        const char *reason = NULL;
+        pl_ring_take_result_t result = pl_ring_take(p.client, out, &length, &reason);
+        if (result != PL_RING_BROKEN || reason == NULL) {
+            fprintf(stderr, "ring_hostile: %s: take gave %d\n", s->what, (int)result);
+            CHECK(!"taken as broken");
+        }
+        ring_pair_close(&p);
+    }
+
+    /* A record that runs past the ring's end: the reader 16 bytes before it, the tail well after. */
+    ring_pair_t p;
+    ring_pair_open(&p);
+    const char *reason = NULL;
+    CHECK(ring_put(p.service, 1, 65536 - 8) == PL_RING_PUT);
+    CHECK(ring_put(p.service, 2, PL_RING_BYTES - 65536 - 120 - 16 - 8) == PL_RING_PUT);
+    CHECK(*ring_word(&p, RING_TAIL(1)) == PL_RING_BYTES - 16);
+    while (pl_ring_take(p.client, out, &length, &reason) == PL_RING_PACKET) {}
+    ring_write_record_header(&p, RING_RECORDS(1) + PL_RING_BYTES - 16, 64, RING_PACKET, 0);
+    *ring_word(&p, RING_TAIL(1)) = PL_RING_BYTES - 16 + 80;
+    CHECK(pl_ring_take(p.client, out, &length, &reason) == PL_RING_BROKEN && reason != NULL);
+    ring_pair_close(&p);
+
+    /* The reader's head as the client's writer finds it once it rereads it (when room runs short: its second
+     * largest packet, padding to the end): taken more than was put, misaligned, or so far behind that more than
+     * the ring would wait. */
+    const uint32_t heads[] = { PL_RING_BYTES + 16 + 8, 16 + 4, (uint32_t)-8 };
+    for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
+        ring_pair_open(&p);
+        CHECK(ring_put(p.client, 1, PL_WIRE_MAX_FRAME) == PL_RING_PUT);
+        *ring_word(&p, RING_HEAD(0)) = heads[i];
+        CHECK(ring_put(p.client, 2, PL_WIRE_MAX_FRAME) == PL_RING_CORRUPT);
+        ring_pair_close(&p);
+    }
+}
+
+/* A memfd of `size` bytes with the given seals, beginning with a real ring's header when `magic`. */
+static int ring_memfd(uint32_t size, int seals, bool magic) {
+    int memfd = memfd_create("pl_stress-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    CHECK(memfd >= 0 && ftruncate(memfd, size) == 0);
+    if (magic) {
+        pl_ring_t *ring;
+        int real, bell;
+        uint8_t header[64];
+        CHECK_OK(pl_ring_create(&ring, &real, &bell));
+        CHECK(pread(real, header, sizeof header, 0) == sizeof header);
+        CHECK(pwrite(memfd, header, sizeof header, 0) == sizeof header);
+        pl_ring_free(ring);
+        close(real);
+        close(bell);
+    }
+    if (seals != 0) CHECK(fcntl(memfd, F_ADD_SEALS, seals) == 0);
+    return memfd;
+}
+
+static void ring_refused_descriptors(void) {
+    const int sealed = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+    int pipe_fds[2];
+    CHECK(pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) == 0);
+    struct { const char *what; int fd; } offers[] = {
+        { "a pipe", pipe_fds[0] },
+        { "/dev/null", open("/dev/null", O_RDWR | O_CLOEXEC) },
+        { "a memfd not sealed against shrinking", ring_memfd(PL_RING_MAP_BYTES, F_SEAL_GROW | F_SEAL_SEAL, true) },
+        { "a memfd not sealed against growing", ring_memfd(PL_RING_MAP_BYTES, F_SEAL_SHRINK | F_SEAL_SEAL, true) },
+        { "a memfd sealed against writing", ring_memfd(PL_RING_MAP_BYTES, sealed | F_SEAL_WRITE, true) },
+        { "a memfd sealed against future writes", ring_memfd(PL_RING_MAP_BYTES, sealed | F_SEAL_FUTURE_WRITE, true) },
+        { "a memfd a page short", ring_memfd(PL_RING_MAP_BYTES - 4096, sealed, true) },
+        { "a memfd a page long", ring_memfd(PL_RING_MAP_BYTES + 4096, sealed, true) },
+        { "a memfd without the magic", ring_memfd(PL_RING_MAP_BYTES, sealed, false) },
+    };
+    for (size_t i = 0; i < sizeof offers / sizeof offers[0]; i++) {
+        int bell = 0;
+        bool peer_fault = false;
+        const char *reason = NULL;
+        pl_ring_t *ring = pl_ring_adopt(offers[i].fd, &bell, &peer_fault, &reason);
+        if (ring != NULL || bell != -1 || !peer_fault || reason == NULL) {
+            fprintf(stderr, "ring_hostile: %s was not refused as the peer's fault\n", offers[i].what);
+            CHECK(!"refused");
+            pl_ring_free(ring);
+        }
+        close(offers[i].fd);
+    }
+    int memfd = ring_memfd(PL_RING_MAP_BYTES, sealed, true), bell;
+    bool peer_fault;
+    const char *reason;
+    pl_ring_t *ring = pl_ring_adopt(memfd, &bell, &peer_fault, &reason); /* and a real one is not */
+    CHECK(ring != NULL && bell >= 0 && pl_ring_bell(ring) == -1);
+    close(memfd);
+    close(bell); /* the read end of this side's pipe, for the peer: sent, say */
+
+    /* This side's bell must be the read end of a pipe: an eventfd (what bells were), a pipe's write end, a regular
+     * file opened read-only, a pipe opened again for reading and writing, or as a path only (O_PATH: fstat says
+     * FIFO, the access mode reads as read-only, but it cannot be watched or emptied), and a socket are refused, and
+     * the caller keeps them; a pipe's read end is taken, and a second one after it refused. */
+    char name[] = "/tmp/pl_stress-bell-XXXXXX";
+    int scratch = mkstemp(name), file = scratch >= 0 ? open(name, O_RDONLY | O_CLOEXEC) : -1;
+    CHECK(file >= 0);
+    if (scratch >= 0) {
+        unlink(name);
+        close(scratch);
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", pipe_fds[1]);
+    int both_ways = open(path, O_RDWR | O_CLOEXEC); /* -1 without /proc: not tried */
+    int path_only = open(path, O_PATH | O_CLOEXEC);  /* the same */
+    int sockets[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sockets) == 0);
+    const struct { const char *what; int fd; } refused[] = {
+        { "an eventfd", eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC) },
+        { "a pipe's write end", pipe_fds[1] },
+        { "a regular file opened read-only", file },
+        { "a pipe opened for reading and writing", both_ways },
+        { "a pipe opened as a path only", path_only },
+        { "a socket", sockets[0] },
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        if (refused[i].fd < 0) continue;
+        reason = NULL;
+        bool taken = pl_ring_take_peer_bell(ring, refused[i].fd, &reason);
+        if (taken || reason == NULL || pl_ring_bell(ring) != -1) {
+            fprintf(stderr, "ring_hostile: %s was taken for a bell\n", refused[i].what);
+            CHECK(!"refused");
+        }
+        if (!taken) CHECK(close(refused[i].fd) == 0); /* still the caller's */
+    }
+    close(sockets[1]);
+    int bells[2], second[2];
+    CHECK(pipe2(bells, O_CLOEXEC | O_NONBLOCK) == 0 && pipe2(second, O_CLOEXEC | O_NONBLOCK) == 0);
+    reason = NULL;
+    CHECK(pl_ring_take_peer_bell(ring, bells[0], &reason) && pl_ring_bell(ring) == bells[0]);
+    reason = NULL;
+    CHECK(!pl_ring_take_peer_bell(ring, second[0], &reason) && reason != NULL && pl_ring_bell(ring) == bells[0]);
+    CHECK(close(second[0]) == 0);
+    close(second[1]);
+    close(bells[1]);
+    pl_ring_free(ring);
+}
+
+static void scenario_ring_hostile(void) {
+    ring_hostile_writes();
+    ring_refused_descriptors();
+}
+
+/* ---- ring_stuck_bell ----------------------------------------------------------------------------------- */
+/* The peer holds the read end of the pipe this side rings, and shares the open file description of this side's own
+ * bell (the read end it sent): it can make both blocking, let the first fill, and close its ends. None of that may
+ * make a ring (under a connection's write lock) or an emptying of the bell (under its read lock) wait: a timer
+ * ends the program with a failure instead of a hang. The service plays the hostile peer, the client this side. */
+
+static void ring_stuck_alarm(int sig) {
+    (void)sig;
+    static const char message[] = "FAIL ring_stuck_bell: a ring or an emptying of a bell blocked (10 s)\n";
+    ssize_t written = write(STDERR_FILENO, message, sizeof message - 1);
+    (void)written;
+    _exit(1);
+}
+
+/* Clears O_NONBLOCK on the description behind a side's bell, as the peer can through its own copy. */
+static void ring_bell_make_blocking(pl_ring_t *ring) {
+    int flags = fcntl(pl_ring_bell(ring), F_GETFL);
+    CHECK(flags >= 0 && fcntl(pl_ring_bell(ring), F_SETFL, flags & ~O_NONBLOCK) == 0);
+    CHECK((fcntl(pl_ring_bell(ring), F_GETFL) & O_NONBLOCK) == 0);
+}
+
+static void scenario_ring_stuck_bell(void) {
+    ring_pair_t p;
+    ring_pair_open(&p);
+    struct sigaction on_alarm = { .sa_handler = ring_stuck_alarm }, before;
+    sigemptyset(&on_alarm.sa_mask);
+    CHECK(sigaction(SIGALRM, &on_alarm, &before) == 0);
+    alarm(10);
+
+    /* The peer makes the read end it holds blocking and a page long (so that a few thousand rings fill it), then has
+     * this side ring it until it is full, without reading it: it says in the memory that its writer waits for room,
+     * and this side's done rings, again and again. The rings past the full pipe fail (EAGAIN) and return. */
+    ring_bell_make_blocking(p.service);
+    int size = fcntl(pl_ring_bell(p.service), F_SETPIPE_SZ, 4096);
+    if (size < 0) size = fcntl(pl_ring_bell(p.service), F_GETPIPE_SZ);
+    CHECK(size > 0 && size <= 1 << 20);
+    for (int i = 0; i < size + 16; i++) {
+        *ring_word(&p, RING_WAITING(1)) = 1;
+        pl_ring_done_reading(p.client);
+        CHECK(*ring_word(&p, RING_WAITING(1)) == 0);
+    }
+    CHECK(ring_bell_bytes(p.service) == size);
+    /* A put for a reader that armed (as the memory says) rings the full, blocking pipe, and returns. */
+    *ring_word(&p, RING_ARMED(0)) = 1;
+    CHECK(ring_put(p.client, 2, 8) == PL_RING_PUT);
+    CHECK(*ring_word(&p, RING_ARMED(0)) == 0 && ring_bell_bytes(p.service) == size);
+    /* Its own arm sets that word (the layout this scenario assumes). */
+    CHECK(!pl_ring_arm(p.client) && *ring_word(&p, RING_ARMED(1)) == 1);
+
+    /* This side's bell made blocking by the peer, a few hundred rings in it: the 256th arm empties it, and later
+     * arms, the 512th among them, empty it while it is empty and still blocking (a read would wait for good). */
+    ring_bell_make_blocking(p.client);
+    for (int i = 0; i < 300; i++) {
+        *ring_word(&p, RING_WAITING(0)) = 1;
+        pl_ring_done_reading(p.service);
+    }
+    CHECK(ring_bell_bytes(p.client) == 300);
+    for (int arms = 2; arms <= RING_DRAIN_EVERY; arms++) pl_ring_arm(p.client); /* the first was above */
+    CHECK(ring_bell_bytes(p.client) == 0);
+    for (int arms = 0; arms < RING_DRAIN_EVERY; arms++) pl_ring_arm(p.client);
+    CHECK(ring_bell_bytes(p.client) == 0);
+
+    /* The peer gone: its ends are closed (the read end of this side's pipe, the write end of its own). A ring then
+     * is no SIGPIPE, which would end this process: the ring keeps a reader of its own pipe. SIGPIPE is blocked
+     * meanwhile, to be found pending whatever its disposition. And the emptying of a bell whose writer is gone
+     * returns too. */
+    pl_ring_free(p.service);
+    sigset_t pipe_only, mask, pending;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    CHECK(pthread_sigmask(SIG_BLOCK, &pipe_only, &mask) == 0);
+    *ring_word(&p, RING_ARMED(0)) = 1;
+    CHECK(ring_put(p.client, 3, 8) == PL_RING_PUT && *ring_word(&p, RING_ARMED(0)) == 0);
+    *ring_word(&p, RING_WAITING(1)) = 1;
+    pl_ring_done_reading(p.client);
+    CHECK(sigpending(&pending) == 0);
+    bool piped = sigismember(&pending, SIGPIPE);
+    CHECK(!piped);
+    if (piped) {
+        int sig;
+        sigwait(&pipe_only, &sig);
+    }
+    CHECK(pthread_sigmask(SIG_SETMASK, &mask, NULL) == 0);
+    for (int arms = 0; arms < RING_DRAIN_EVERY; arms++) pl_ring_arm(p.client);
+
+    alarm(0);
+    CHECK(sigaction(SIGALRM, &before, NULL) == 0);
+    munmap(p.view, PL_RING_MAP_BYTES);
+    pl_ring_free(p.client);
+}
+
+/* ---- ring_fork_stream ---------------------------------------------------------------------------------- */
+/* A child process writes 200,000 records through a ring, the parent reads them: marks and packets of 8 to 65,536
+ * bytes, each checked. Each side sleeps on its bell (the reader when empty and armed, the writer when full): a lost
+ * wake-up leaves both asleep, and fails on a 10 s timeout. Each side's read end reaches the other as a connection's
+ * does (the parent's by inheritance, the child's over a socket), and neither side reads its bell: its arms empty it,
+ * and no more than 512 rings ever wait in it. */
+
+enum { RS_RECORDS = 200000, RS_ROUND = 20000 };
+
+static uint32_t rs_lengths[RS_RECORDS]; /* 0 a mark, else a packet's length */
+
+/* The stream's records: mostly small, a few of the largest, and at the end of each round two that bring the
+ * writer's tail to the ring's middle, then the largest packet, which pads to the end and, when the reader has
+ * taken everything before it (the writer pauses to let it), fits only once the reader has taken the pad too. */
+static void rs_plan(void) {
+    uint32_t tail = 0; /* the writer's, as pl_ring_put moves it */
+    for (uint32_t seq = 0; seq < RS_RECORDS; seq++) {
+        uint32_t at = tail % PL_RING_BYTES, length;
+        uint64_t x = 0x9E3779B97F4A7C15ull * (seq + 1);
+        uint32_t r = rnd(&x);
+        if (seq % RS_ROUND == RS_ROUND - 3) {
+            length = at > PL_RING_BYTES / 2 - 16 ? PL_RING_BYTES - at - 8 : 0; /* to the start, if past the middle */
+        } else if (seq % RS_ROUND == RS_ROUND - 2) {
+            length = PL_RING_BYTES / 2 - at - 8;
+        } else if (seq % RS_ROUND == RS_ROUND - 1) {
+            length = PL_WIRE_MAX_FRAME;
+        } else if (r % 16 == 0) {
+            length = 0;
+        } else if (r % 256 == 1) {
+            length = PL_WIRE_MAX_FRAME - 8 * ((r >> 8) % 4);
+        } else if (r % 8 == 2) {
+            length = 8 + (r >> 8) % 4089;
+        } else {
+            length = 8 + (r >> 8) % 249;
+        }
+        rs_lengths[seq] = length;
+        uint32_t need = PL_RING_RECORD_HEADER + ((length + 7u) & ~7u);
+        if (need > PL_RING_BYTES - at) tail += PL_RING_BYTES - at; /* a pad */
+        tail += need;
+    }
+}
+
+/* An epoll set watching `bell` edge-triggered, as a connection's readers watch it (pl_poller_add_bell): poll() would
+ * find a bell that is never read readable from its first ring until its side's arm next empties it. -1 on failure. */
+static int rs_watch(int bell) {
+    int watch = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event event = { .events = EPOLLIN | EPOLLET };
+    if (watch >= 0 && epoll_ctl(watch, EPOLL_CTL_ADD, bell, &event) != 0) {
+        close(watch);
+        watch = -1;
+    }
+    return watch;
+}
+
+/* Waits for a ring of the bell `watch` watches (10 s at most). */
+static bool rs_wait(int watch) {
+    struct epoll_event event;
+    int n;
+    do { n = epoll_wait(watch, &event, 1, 10000); } while (n < 0 && errno == EINTR);
+    return n == 1;
+}
+
+/* The rings waiting in a bell (-1 if FIONREAD fails). */
+static int rs_bell_bytes(int bell) {
+    int bytes = -1;
+    return ioctl(bell, FIONREAD, &bytes) == 0 ? bytes : -1;
+}
+
+/* The child: the service's side of the ring, on the inherited memfd, with the inherited read end of the parent's
+ * pipe for its bell; the read end of its own pipe goes to the parent over `channel`. Exit codes: 2 set-up,
+ * 3 CORRUPT, 4 no room for 10 s, 5 its bell not emptied (more than 512 rings waiting). */
+static void rs_writer(pl_ring_t *parents, int memfd, int parent_bell, int channel) {
+    pl_ring_forget_in_child(parents);
+    int bell;
+    bool peer_fault;
+    const char *reason;
+    pl_ring_t *ring = pl_ring_adopt(memfd, &bell, &peer_fault, &reason);
+    if (ring == NULL || !pl_ring_take_peer_bell(ring, parent_bell, &reason)) _exit(2);
+    int watch = rs_watch(pl_ring_bell(ring));
+    if (watch < 0) _exit(2);
+    union { char bytes[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } control;
+    char byte = 0;
+    struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,
+                          .msg_controllen = sizeof control.bytes };
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &bell, sizeof bell);
+    if (sendmsg(channel, &msg, 0) != 1) _exit(2);
+    close(bell); /* sent */
+    for (uint32_t seq = 0; seq < RS_RECORDS; seq++) {
+        uint32_t length = rs_lengths[seq];
+        if (seq % RS_ROUND == RS_ROUND - 1) sleep_us(10000);
+        pl_ring_put_result_t result;
+        while ((result = length == 0 ? pl_ring_put(ring, NULL, 0, NULL, 0, true) : ring_put(ring, seq, length)) !=
+               PL_RING_PUT) {
+            if (result == PL_RING_CORRUPT) _exit(3);
+            if (!rs_wait(watch)) _exit(4);
+            /* Woken: its reader's pass over its (empty) ring, whose arm empties the bell now and then, and only
+             * then the put again, as a connection sends what waited after reading (pl_conn_read_frames): a ring
+             * for room that came after the wait and was emptied with the rest is not lost. */
+            pl_ring_done_reading(ring);
+            pl_ring_arm(ring);
+            if (rs_bell_bytes(pl_ring_bell(ring)) > 2 * RING_DRAIN_EVERY) _exit(5);
+        }
+    }
+    _exit(0);
+}
+
+static void scenario_ring_fork_stream(void) {
+    pl_ring_t *ring;
+    int memfd, bell, channel[2];
+    CHECK_OK(pl_ring_create(&ring, &memfd, &bell));
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel) == 0);
+    rs_plan();
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        close(channel[0]);
+        rs_writer(ring, memfd, bell, channel[1]);
+    }
+    close(memfd);
+    close(bell); /* the child has it */
+    close(channel[1]);
+    union { char bytes[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } control;
+    char byte;
+    struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,
+                          .msg_controllen = sizeof control.bytes };
+    int peer_bell = -1;
+    if (recvmsg(channel[0], &msg, MSG_CMSG_CLOEXEC) == 1 && CMSG_FIRSTHDR(&msg) != NULL &&
+        CMSG_FIRSTHDR(&msg)->cmsg_type == SCM_RIGHTS) {
+        memcpy(&peer_bell, CMSG_DATA(CMSG_FIRSTHDR(&msg)), sizeof peer_bell);
+    }
+    close(channel[0]);
+    const char *reason = "no bell from the child";
+    bool ok = peer_bell >= 0 && pl_ring_take_peer_bell(ring, peer_bell, &reason);
+    if (!ok) {
+        fprintf(stderr, "ring_fork_stream: %s\n", reason);
+        if (peer_bell >= 0) close(peer_bell); /* refused: still ours */
+    }
+    CHECK(ok);
+    int watch = ok ? rs_watch(peer_bell) : -1;
+    CHECK(!ok || watch >= 0);
+    ok = ok && watch >= 0;
+
+    static uint8_t out[PL_WIRE_MAX_FRAME];
+    uint32_t seq = 0, pass = 0;
+    int most = 0; /* the most rings seen waiting in the bell */
+    while (ok && seq < RS_RECORDS) {
+        size_t length = 0;
+        pl_ring_take_result_t result = pl_ring_take(ring, out, &length, &reason);
+        if (result == PL_RING_EMPTY) {
+            pl_ring_done_reading(ring);
+            pass = 0;
+            if (pl_ring_arm(ring)) continue;
+            int waiting = rs_bell_bytes(peer_bell);
+            if (waiting > most || waiting < 0) most = waiting < 0 ? INT32_MAX : waiting;
+            ok = rs_wait(watch);
+            if (!ok) fprintf(stderr, "ring_fork_stream: no wake-up in 10 s at record %u\n", seq);
+            continue;
+        }
+        uint32_t expected = rs_lengths[seq];
+        ok = expected == 0 ? result == PL_RING_MARK
+                           : result == PL_RING_PACKET && length == expected &&
+                                 memcmp(out, ring_content(seq), length) == 0;
+        if (!ok) fprintf(stderr, "ring_fork_stream: record %u: %d, %zu bytes (%s)\n", seq, (int)result, length,
+                         result == PL_RING_BROKEN ? reason : "not the record put");
+        seq++;
+        if (++pass == 64) { /* a reader's pass: room back to the writer */
+            pl_ring_done_reading(ring);
+            pass = 0;
+        }
+    }
+    CHECK(ok && seq == RS_RECORDS);
+    if (most > 2 * RING_DRAIN_EVERY) fprintf(stderr, "ring_fork_stream: %d rings waited in the bell\n", most);
+    CHECK(most <= 2 * RING_DRAIN_EVERY);
+    if (!ok) kill(child, SIGKILL);
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    /* 1: valgrind's --error-exitcode for the memory a forked process inherits; 2-5: the child's own failures. */
+    if (ok && !(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 1))) {
+        fprintf(stderr, "ring_fork_stream: the child ended with status %#x\n", (unsigned)status);
+    }
+    CHECK(!ok || (WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 1)));
+    if (watch >= 0) close(watch);
+    pl_ring_free(ring);
+}
+
 int main(int argc, char **argv) {
     bool verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     setvbuf(stdout, NULL, _IOLBF, 0); /* the summary must survive LeakSanitizer's exit */
@@ -1666,6 +2360,11 @@ int main(int argc, char **argv) {
         { "send_once_race", scenario_send_once_race },
         { "fork_child", scenario_fork_child },
         { "status_queries", scenario_status_queries },
+        { "ring_prepare_again", scenario_ring_prepare_again },
+        { "ring_bells", scenario_ring_bells },
+        { "ring_hostile", scenario_ring_hostile },
+        { "ring_stuck_bell", scenario_ring_stuck_bell },
+        { "ring_fork_stream", scenario_ring_fork_stream },
     };
     int passed = 0, failed = 0;
     int64_t start = now_ns();

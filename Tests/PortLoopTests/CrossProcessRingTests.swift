@@ -120,29 +120,35 @@ struct CrossProcessRingTests {
         return fd // F_ADD_SEALS is 1033
     }
 
+    /// A message header over one payload buffer and a control buffer, for sendmsg and recvmsg.
+    static func withMessage(_ payload: UnsafeMutableRawBufferPointer, _ control: UnsafeMutableRawBufferPointer,
+                            _ body: (UnsafeMutablePointer<msghdr>) -> Int) -> Int {
+        var vector = iovec(iov_base: payload.baseAddress, iov_len: payload.count)
+        return withUnsafeMutablePointer(to: &vector) { vectorPointer in
+            var message = msghdr()
+            message.msg_iov = vectorPointer
+            message.msg_iovlen = 1
+            message.msg_control = control.baseAddress
+            message.msg_controllen = control.count
+            return body(&message)
+        }
+    }
 
     /// Sends a packet with descriptors beside it (SCM_RIGHTS).
     static func send(_ fd: Int32, _ bytes: [UInt8], descriptors: [Int32]) -> Bool {
         let header = MemoryLayout<cmsghdr>.size
         var control = [UInt8](repeating: 0, count: header + ((descriptors.count * 4 + 7) & ~7))
         var bytes = bytes
-        return control.withUnsafeMutableBytes { raw in
+        let sent = control.withUnsafeMutableBytes { raw in
             raw.storeBytes(of: header + descriptors.count * 4, toByteOffset: 0, as: Int.self) // cmsg_len
             raw.storeBytes(of: SOL_SOCKET, toByteOffset: 8, as: Int32.self)
             raw.storeBytes(of: Int32(SCM_RIGHTS), toByteOffset: 12, as: Int32.self)
-            for (i, descriptor) in descriptors.enumerated() { raw.storeBytes(of: descriptor, toByteOffset: header + 4 * i, as: Int32.self) }
-            return bytes.withUnsafeMutableBytes { payload in
-                var vector = iovec(iov_base: payload.baseAddress, iov_len: payload.count)
-                return withUnsafeMutablePointer(to: &vector) { vectorPointer in
-                    var message = msghdr()
-                    message.msg_iov = vectorPointer
-                    message.msg_iovlen = 1
-                    message.msg_control = raw.baseAddress
-                    message.msg_controllen = raw.count
-                    return sendmsg(fd, &message, 0) == payload.count
-                }
+            for (i, descriptor) in descriptors.enumerated() {
+                raw.storeBytes(of: descriptor, toByteOffset: header + 4 * i, as: Int32.self)
             }
+            return bytes.withUnsafeMutableBytes { payload in withMessage(payload, raw) { sendmsg(fd, $0, 0) } }
         }
+        return sent == bytes.count
     }
 
     /// Receives a packet and the first descriptor beside it (-1 if none).
@@ -150,17 +156,7 @@ struct CrossProcessRingTests {
         var buffer = [UInt8](repeating: 0, count: 65536)
         var control = [UInt8](repeating: 0, count: 256)
         let n = buffer.withUnsafeMutableBytes { payload in
-            control.withUnsafeMutableBytes { raw in
-                var vector = iovec(iov_base: payload.baseAddress, iov_len: payload.count)
-                return withUnsafeMutablePointer(to: &vector) { vectorPointer in
-                    var message = msghdr()
-                    message.msg_iov = vectorPointer
-                    message.msg_iovlen = 1
-                    message.msg_control = raw.baseAddress
-                    message.msg_controllen = raw.count
-                    return recvmsg(fd, &message, 0)
-                }
-            }
+            control.withUnsafeMutableBytes { raw in withMessage(payload, raw) { recvmsg(fd, $0, 0) } }
         }
         let level = control.withUnsafeBytes { $0.load(fromByteOffset: 8, as: Int32.self) }
         let type = control.withUnsafeBytes { $0.load(fromByteOffset: 12, as: Int32.self) }
