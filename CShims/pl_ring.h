@@ -30,7 +30,7 @@
 #include "portloop.h"
 #include "pl_wire.h"
 
-#define PL_RING_BYTES (128u * 1024u)  /* each direction's records: about two of the largest packets */
+#define PL_RING_BYTES (256u * 1024u)  /* each direction's records: about four of the largest packets */
 #define PL_RING_HEADER_BYTES 4096u    /* the indices and flags, a page */
 #define PL_RING_MAP_BYTES (PL_RING_HEADER_BYTES + 2u * PL_RING_BYTES)
 #define PL_RING_RECORD_HEADER 8u      /* u32 length, u16 kind, u16 zero */

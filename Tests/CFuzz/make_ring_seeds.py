@@ -15,6 +15,7 @@ C2S_ARMED = 64 + 128  # the service's reader asks the client's put to ring it
 C2S_WAITING = 64 + 132  # the client's writer asks the service's done to ring it
 S2C_TAIL = 64 + 192
 PACKET, MARK, PAD = 1, 2, 3  # record kinds
+RING = 262144  # each direction's ring (PL_RING_BYTES)
 
 
 def poke(region, offset, data):
@@ -94,11 +95,11 @@ seeds = {
     "packet-shorter-than-a-frame": ONE + poke(CLIENT_RECORDS, 0, record_header(4, PACKET)) + take(CLIENT),
     "pad-not-at-the-end": ONE + poke(CLIENT_RECORDS, 0, record_header(104, PAD)) + take(CLIENT),
     # A pad from the record after ONE to the ring's end, all of it waiting: taken as nothing.
-    "pad-to-the-end": ONE + take(CLIENT) + poke(CLIENT_RECORDS, 112, record_header(131072 - 112 - 8, PAD))
-    + add(S2C_TAIL, 131072 - 112) + take(CLIENT) + done(CLIENT) + put(SERVICE, 20) + take(CLIENT),
+    "pad-to-the-end": ONE + take(CLIENT) + poke(CLIENT_RECORDS, 112, record_header(RING - 112 - 8, PAD))
+    + add(S2C_TAIL, RING - 112) + take(CLIENT) + done(CLIENT) + put(SERVICE, 20) + take(CLIENT),
     # The reader's head moved past what the client put, or misaligned: the client's second put rereads it (after
-    # padding to the end, where its tail is 131,072) and is CORRUPT.
-    "head-ahead": put(CLIENT, 65536) + add(C2S_HEAD, 131072 + 8) + put(CLIENT, 65536),
+    # padding to the end, where its tail is the ring's size) and is CORRUPT.
+    "head-ahead": put(CLIENT, 65536) + add(C2S_HEAD, RING + 8) + put(CLIENT, 65536),
     "head-misaligned": put(CLIENT, 65536) + add(C2S_HEAD, 4) + put(CLIENT, 65536),
     # The same found by the pad's room check: the client's third largest packet pads, after a lap, with the head
     # it read on the way stale.

@@ -1831,7 +1831,9 @@ static void scenario_ring_bells(void) {
     CHECK(pl_ring_arm(p.client));            /* records wait: take them, the bell may not ring for them */
     uint32_t seq = 3;
     while (ring_put(p.service, seq, PL_WIRE_MAX_FRAME) == PL_RING_PUT) seq++;
-    CHECK(seq == 4 && ring_bell_rings(&p, p.service) == 0);
+    /* 144 bytes of the two small records, then as many of the largest as fit (the next one's pad is FULL). */
+    CHECK(seq == 3 + (PL_RING_BYTES - 144) / (PL_WIRE_MAX_FRAME + PL_RING_RECORD_HEADER) &&
+          ring_bell_rings(&p, p.service) == 0);
     CHECK(pl_ring_take(p.client, out, &length, &reason) == PL_RING_PACKET && length == 64);
     pl_ring_done_reading(p.client);
     CHECK(ring_bell_rings(&p, p.service) == 1); /* it waited for room */
@@ -1841,7 +1843,9 @@ static void scenario_ring_bells(void) {
     ring_pair_close(&p);
 
     /* The writer at the ring's middle (65,536 after the 120 bytes of ring_pair_open and a record of 65,416), the
-     * reader armed: the largest packet pads to the end, and fits only once the pad is taken. */
+     * reader armed: the largest packet pads to the end, and fits only once the pad is taken. Only a ring that
+     * holds less than two of the largest records has such a middle. */
+    if (PL_RING_BYTES >= 2 * (PL_WIRE_MAX_FRAME + PL_RING_RECORD_HEADER)) goto emptying;
     ring_pair_open(&p);
     CHECK(ring_put(p.service, 1, 65536 - 120 - 8) == PL_RING_PUT);
     CHECK(pl_ring_take(p.client, out, &length, &reason) == PL_RING_PACKET);
@@ -1859,6 +1863,7 @@ static void scenario_ring_bells(void) {
           memcmp(out, ring_content(2), length) == 0);
     ring_pair_close(&p);
 
+emptying:
     /* The emptying: a pass a ring, the bytes kept until the 256th arm (ring_pair_open armed neither side), which
      * empties the bell before its own pass rings again; the other side's bell untouched. */
     ring_pair_open(&p);
@@ -1924,8 +1929,10 @@ static void ring_hostile_writes(void) {
     ring_pair_t p;
     ring_pair_open(&p);
     const char *reason = NULL;
-    CHECK(ring_put(p.service, 1, 65536 - 8) == PL_RING_PUT);
-    CHECK(ring_put(p.service, 2, PL_RING_BYTES - 65536 - 120 - 16 - 8) == PL_RING_PUT);
+    for (uint32_t seq = 1, tail; (tail = *ring_word(&p, RING_TAIL(1))) < PL_RING_BYTES - 16; seq++) {
+        uint32_t left = PL_RING_BYTES - 16 - tail; /* records of at most 65,536 bytes up to 16 before the end */
+        CHECK(ring_put(p.service, seq, left > 65536 ? 65536 - 8 : left - 8) == PL_RING_PUT);
+    }
     CHECK(*ring_word(&p, RING_TAIL(1)) == PL_RING_BYTES - 16);
     while (pl_ring_take(p.client, out, &length, &reason) == PL_RING_PACKET) {}
     ring_write_record_header(&p, RING_RECORDS(1) + PL_RING_BYTES - 16, 64, RING_PACKET, 0);
@@ -1941,7 +1948,12 @@ static void ring_hostile_writes(void) {
         ring_pair_open(&p);
         CHECK(ring_put(p.client, 1, PL_WIRE_MAX_FRAME) == PL_RING_PUT);
         *ring_word(&p, RING_HEAD(0)) = heads[i];
-        CHECK(ring_put(p.client, 2, PL_WIRE_MAX_FRAME) == PL_RING_CORRUPT);
+        /* The largest packets until room runs short and the head is read again. */
+        pl_ring_put_result_t put = PL_RING_PUT;
+        for (uint32_t seq = 2; put == PL_RING_PUT && seq <= 2 + PL_RING_BYTES / PL_WIRE_MAX_FRAME; seq++) {
+            put = ring_put(p.client, seq, PL_WIRE_MAX_FRAME);
+        }
+        CHECK(put == PL_RING_CORRUPT);
         ring_pair_close(&p);
     }
 }
@@ -2155,16 +2167,21 @@ enum { RS_RECORDS = 200000, RS_ROUND = 20000 };
 
 static uint32_t rs_lengths[RS_RECORDS]; /* 0 a mark, else a packet's length */
 
-/* The stream's records: mostly small, a few of the largest, and at the end of each round two that bring the
- * writer's tail to the ring's middle, then the largest packet, which pads to the end and, when the reader has
- * taken everything before it (the writer pauses to let it), fits only once the reader has taken the pad too. */
+/* The stream's records: mostly small, a few of the largest, and, in a ring that holds less than two of the largest
+ * records, at the end of each round two that bring the writer's tail to the ring's middle, then the largest
+ * packet, which pads to the end and, when the reader has taken everything before it (the writer pauses to let it),
+ * fits only once the reader has taken the pad too. */
 static void rs_plan(void) {
     uint32_t tail = 0; /* the writer's, as pl_ring_put moves it */
+    bool middle = PL_RING_BYTES < 2 * (PL_WIRE_MAX_FRAME + PL_RING_RECORD_HEADER);
     for (uint32_t seq = 0; seq < RS_RECORDS; seq++) {
         uint32_t at = tail % PL_RING_BYTES, length;
         uint64_t x = 0x9E3779B97F4A7C15ull * (seq + 1);
         uint32_t r = rnd(&x);
-        if (seq % RS_ROUND == RS_ROUND - 3) {
+        if (!middle) {
+            length = r % 16 == 0 ? 0 : r % 256 == 1 ? PL_WIRE_MAX_FRAME - 8 * ((r >> 8) % 4)
+                     : r % 8 == 2 ? 8 + (r >> 8) % 4089 : 8 + (r >> 8) % 249;
+        } else if (seq % RS_ROUND == RS_ROUND - 3) {
             length = at > PL_RING_BYTES / 2 - 16 ? PL_RING_BYTES - at - 8 : 0; /* to the start, if past the middle */
         } else if (seq % RS_ROUND == RS_ROUND - 2) {
             length = PL_RING_BYTES / 2 - at - 8;

@@ -105,7 +105,7 @@ struct CrossProcessRingTests {
     /// size; then each direction's write index, read index and flags on cache lines of their own), then the
     /// client-to-service ring, then the other.
     enum Layout {
-        static let ringBytes = 131_072
+        static let ringBytes = 262_144
         static let mapBytes = 4096 + 2 * ringBytes
         static let clientTail = 64       // the client-to-service direction's write index
         static let clientRecords = 4096  // where its records start
