@@ -216,6 +216,7 @@ struct pl_conn {
     uint64_t set_read_at_wake;/* set_packets_read then */
     int64_t rest_until;       /* resting (the transport does not watch it) until then; 0 when watched */
     uint64_t set_read_at_rest;/* set_packets_read when the rest began */
+    uint64_t set_read_at_flood;/* set_packets_read when the transport last handed a ring's flood back to the sets */
     struct pl_conn *next_resting;
     pl_service_t *service;    /* accepted on this service (a reference), or NULL */
     char *lookup_key;         /* a client's: the socket path it connected to */

@@ -610,7 +610,12 @@ static pl_read_result_t pl_read_conn(pl_conn_t *conn, uint8_t *buffer) {
      * feeds sets is left to them (they empty their rings before they sleep), for a rest whose end reads what they
      * left; one that feeds none, the transport reads on, after whatever else woke it. */
     if (result == PL_READ_MORE && atomic_load_explicit(&conn->bell_watched, memory_order_acquire) >= 0) {
-        if (!pl_feeds_sets(conn)) pl_transport_read(conn);
+        /* Left to the sets only while they read it too; sets that did not since the last flood are busy elsewhere
+         * (a loop blocked in a request whose answer is in this very ring), and the transport reads on. */
+        uint64_t set_read = atomic_load_explicit(&conn->set_packets_read, memory_order_relaxed);
+        bool sets_reading = set_read != conn->set_read_at_flood && pl_feeds_sets(conn);
+        conn->set_read_at_flood = set_read;
+        if (!sets_reading) pl_transport_read(conn);
         else if (conn->rest_until == 0) pl_rest_begin(conn, pl_now_ns());
     }
     return result;
