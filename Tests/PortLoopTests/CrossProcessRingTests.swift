@@ -43,6 +43,9 @@ struct CrossProcessRingTests {
 
     @Test("a busy connection moves to a ring on the way: every message arrives once, in each sender's order")
     func switchOnTheWay() throws {
+        let saved = PortNamespace.sharedRings
+        defer { PortNamespace.sharedRings = saved }
+        PortNamespace.sharedRings = .whenBusy // this process takes the offer
         let space = TemporaryNamespace()
         let port = try space.namespace.checkIn("busy", queueLimit: 64)
         let before = Self.waitForRings(0) // an earlier test's connections may still be ending
@@ -61,6 +64,9 @@ struct CrossProcessRingTests {
 
     @Test("descriptors cross in order with the messages around them, through the socket beside the ring")
     func descriptorsInOrder() throws {
+        let saved = PortNamespace.sharedRings
+        defer { PortNamespace.sharedRings = saved }
+        PortNamespace.sharedRings = .whenBusy
         let space = TemporaryNamespace()
         let port = try space.namespace.checkIn("marks", queueLimit: 64)
         let client = try Peer(["client", space.path, "marks", "2", "900", "--fds", "--stay"],
@@ -79,7 +85,7 @@ struct CrossProcessRingTests {
         let space = TemporaryNamespace()
         let saved = PortNamespace.sharedRings
         defer { PortNamespace.sharedRings = saved }
-        if who == "service says never" { PortNamespace.sharedRings = .never }
+        PortNamespace.sharedRings = who == "service says never" ? .never : .whenBusy
         let port = try space.namespace.checkIn("plain", queueLimit: 64)
         let before = Self.waitForRings(0) // an earlier test's connections may still be ending
         let client = try Peer(["client", space.path, "plain", "2", "500", "--stay"],
@@ -169,6 +175,9 @@ struct CrossProcessRingTests {
           arguments: ["a write index past the ring", "a record of no known kind", "an unsealed memfd"])
     func brokenRing(_ fault: String) throws {
         typealias Raw = CrossProcessMisbehaviourTests.RawPeer
+        let saved = PortNamespace.sharedRings
+        defer { PortNamespace.sharedRings = saved }
+        PortNamespace.sharedRings = .whenBusy // this process takes the offer
         let space = TemporaryNamespace()
         let port = try space.namespace.checkIn("ringed", queueLimit: 64)
         let raw = try Raw(path: space.path + "/ringed")
