@@ -427,11 +427,19 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
             *why = "the connection broke";
             return PL_READ_ENDED;
         }
+        bool by_ring = conn->ring_reading;
         for (int k = 0; k < n; k++) {
             if (batch[k].msg_len == 0) {
                 /* The end of the stream (an empty packet is never a frame). Descriptors cannot come with it. */
                 *why = "the peer closed the connection";
                 pl_close_packets_fds(batch, k + 1, n);
+                return PL_READ_ENDED;
+            }
+            /* Behind the frame that switched to the ring in this batch: the peer sent this packet behind a mark,
+             * which is in the ring already (it puts a mark before it sends), so the ring's packets ahead of the mark
+             * go first. The switch frame's buffer, handled, holds them. */
+            if (!by_ring && conn->ring_reading && !pl_conn_ring_take_to_mark(conn, iov[k - 1].iov_base, why)) {
+                pl_close_packets_fds(batch, k, n);
                 return PL_READ_ENDED;
             }
             if (!pl_handle_packet(conn, iov[k].iov_base, batch[k].msg_len, &batch[k].msg_hdr, why)) {
@@ -446,7 +454,7 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
             *why = "the peer closed the connection";
             return PL_READ_ENDED;
         }
-        /* It took what there was; or a switch to the ring happened (it is read a packet at a time meanwhile). */
+        /* It took what there was; or a switch to the ring happened: the ring is read next. */
         if (n < batch_size || conn->ring_reading) return PL_READ_DRAINED;
     }
     return PL_READ_MORE;
@@ -456,12 +464,7 @@ pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budge
     *why = NULL;
     pl_read_result_t result = PL_READ_DRAINED;
     int taken = 0;
-    if (!conn->ring_reading) {
-        /* While a switch to the ring is under way, a packet at a time: none behind the switch frame is read out of
-         * turn. */
-        bool switching = atomic_load_explicit(&conn->ring_pending, memory_order_acquire);
-        result = pl_conn_read_socket(conn, buffer, budget, switching ? 1 : PL_READ_BATCH, why, &taken);
-    }
+    if (!conn->ring_reading) result = pl_conn_read_socket(conn, buffer, budget, PL_READ_BATCH, why, &taken);
     if (result != PL_READ_ENDED && conn->ring_reading && taken < budget) {
         result = pl_conn_read_ring(conn, buffer, budget - taken, why);
     }

@@ -41,9 +41,9 @@ int pl_shared_rings(void) {
     /* The default may come from the environment, so that a whole test suite, helper processes and all, can run
      * with rings always (or never) without a line of code. */
     const char *value = getenv("PORTLOOP_SHARED_RINGS");
-    mode = PL_RINGS_NEVER; /* asked for, while a stream of 6 MiB messages that switches mid-way still stalls */
+    mode = PL_RINGS_WHEN_BUSY;
     if (value != NULL && strcmp(value, "always") == 0) mode = PL_RINGS_ALWAYS;
-    if (value != NULL && strcmp(value, "busy") == 0) mode = PL_RINGS_WHEN_BUSY;
+    if (value != NULL && strcmp(value, "never") == 0) mode = PL_RINGS_NEVER;
     int unset = -1;
     atomic_compare_exchange_strong(&pl_rings_mode, &unset, mode);
     return atomic_load_explicit(&pl_rings_mode, memory_order_relaxed);
@@ -304,6 +304,23 @@ static pl_read_result_t pl_conn_ring_look_at_socket(pl_conn_t *conn, const char 
     }
     *why = "the connection broke";
     return PL_READ_ENDED;
+}
+
+bool pl_conn_ring_take_to_mark(pl_conn_t *conn, uint8_t *scratch, const char **why) {
+    for (;;) {
+        size_t length = 0;
+        const char *reason = NULL;
+        pl_ring_take_result_t took = pl_ring_take(conn->ring, scratch, &length, &reason);
+        if (took == PL_RING_MARK) return true;
+        if (took == PL_RING_PACKET) {
+            conn->packets_read++;
+            if (pl_conn_receive_packet(conn, scratch, length, NULL, 0, &reason)) continue;
+        } else if (took == PL_RING_EMPTY) {
+            reason = "ring: a packet on the socket that no mark announced";
+        }
+        *why = reason;
+        return false;
+    }
 }
 
 pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why) {

@@ -204,7 +204,7 @@ struct pl_conn {
     bool ring_offered;        /* write_lock: a client's: it offered once already (later offers wait their turn) */
     bool socket_blocked;      /* write_lock: the outgoing queue's head waits for the socket, not the ring */
     atomic_bool ring_writing; /* ring_state is PL_CONN_RING_WRITING, readable without the write lock */
-    atomic_bool ring_pending; /* a switch is under way: the socket is read a packet at a time until it is done */
+    atomic_bool ring_pending; /* a switch is under way: offered or accepted, not yet started */
     atomic_bool rings_ok;     /* the peer said version 4 */
     atomic_int bell_watched;  /* this side's bell, once its readers watch it (-1 before) */
     bool ring_reading;        /* the reader's: the peer's frames come by ring */
@@ -321,6 +321,10 @@ void pl_conn_ring_after_hello(pl_conn_t *conn);
  * *taken says how many it handled. */
 pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budget, int batch, const char **why,
                                      int *taken);
+/* Handles the ring's packets up to its next mark and takes the mark (the reader, ring_reading): for a packet read
+ * from the socket in the batch that carried the switch, behind the switch frame. false: no mark was there, or the
+ * peer broke the ring (*why). */
+bool pl_conn_ring_take_to_mark(pl_conn_t *conn, uint8_t *scratch, const char **why);
 /* Reads the ring (the reader, ring_reading): as pl_conn_read_frames. */
 pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why);
 /* Frees the ring at the connection's end (the reader's lock held, writers stopped). */

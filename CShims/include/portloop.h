@@ -681,10 +681,9 @@ int pl_stream_packing(void);
 void pl_set_stream_packing(int on);
 
 /** When a connection to another process moves its frames into shared-memory rings (wire version 4 on both sides):
- *  PL_RINGS_WHEN_BUSY once it has carried 64 frames, PL_RINGS_ALWAYS as soon as it is made, PL_RINGS_NEVER
- *  (the default for now) not at all (the socket carries everything; a service that says never declines every
- *  offer). The default comes from $PORTLOOP_SHARED_RINGS ("always", "busy", anything else: never) when it is read
- *  first.
+ *  PL_RINGS_WHEN_BUSY (the default) once it has carried 64 frames, PL_RINGS_ALWAYS as soon as it is made,
+ *  PL_RINGS_NEVER not at all (the socket carries everything; a service that says never declines every offer). The
+ *  default comes from $PORTLOOP_SHARED_RINGS ("always", "never", anything else: when busy) when it is read first.
  *  A ring costs 516 KiB of shared memory and three descriptors (pipe ends) per connection, in each process. Process-wide; it applies
  *  to connections as they decide, so set it before looking services up. */
 #define PL_RINGS_NEVER 0

@@ -62,6 +62,30 @@ struct CrossProcessRingTests {
         #expect(Self.waitForRings(before) == before)
     }
 
+    @Test("large packets, which go by socket behind marks, keep their order across the switch")
+    func largePacketsAcrossTheSwitch() throws {
+        let saved = PortNamespace.sharedRings
+        defer { PortNamespace.sharedRings = saved }
+        PortNamespace.sharedRings = .whenBusy
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("large", queueLimit: 256)
+        // Three messages of four are 20,000 bytes: after the switch they go on the socket behind marks, so a reader
+        // that takes several socket packets at once finds some of them behind the switch frame. Four connections
+        // switch at once, which makes that likely.
+        let clients = try (0..<4).map { _ in
+            try Peer(["client", space.path, "large", "2", "1000", "--large", "--stay"],
+                     environment: ["PORTLOOP_SHARED_RINGS": "busy"])
+        }
+        defer { clients.forEach { $0.kill() } }
+        let next = try Self.receiveInOrder(port, count: 8000)
+        #expect(next.count == 8 && next.values.allSatisfy { $0 == 1000 })
+        for client in clients { #expect(client.line(startingWith: "rings") == "rings 1") }
+        for client in clients {
+            client.tell("exit")
+            #expect(client.finish() == 0)
+        }
+    }
+
     @Test("descriptors cross in order with the messages around them, through the socket beside the ring")
     func descriptorsInOrder() throws {
         let saved = PortNamespace.sharedRings

@@ -13,9 +13,6 @@ import Dispatch
 
 // The child process of the cross-process scenarios (IPCSupport.swift): a hidden first argument, handled before
 // anything else (no priming of CF, NIO or dispatch, no scenario).
-// Busy connections move to shared-memory rings here (the library's default keeps to the socket for now); children
-// inherit it, and the socket-only variants ask for `.never` themselves.
-setenv("PORTLOOP_SHARED_RINGS", "busy", 0)
 if CommandLine.arguments.count > 1 && CommandLine.arguments[1] == "--ipc-child" {
     runIPCChild(Array(CommandLine.arguments.dropFirst(2)))
 }

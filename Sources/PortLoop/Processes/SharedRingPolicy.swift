@@ -9,10 +9,9 @@ import CPortLoop
 /// holds 516 KiB of shared memory and three more descriptors in each process, so a connection gets one only once it
 /// is busy. See *Across processes* for how the switch happens and what it changes.
 public enum SharedRingPolicy: Sendable, Hashable, CustomStringConvertible {
-    /// Every message goes through the socket; a service that says so declines every offer (the default for now:
-    /// a stream of multi-megabyte messages on a connection that switches mid-way can still stall).
+    /// Every message goes through the socket; a service that says so declines every offer.
     case never
-    /// A connection moves to a ring once it has carried 64 messages or control frames.
+    /// A connection moves to a ring once it has carried 64 messages or control frames (the default).
     case whenBusy
     /// A connection moves to a ring as soon as it is made.
     case always
@@ -29,8 +28,8 @@ public enum SharedRingPolicy: Sendable, Hashable, CustomStringConvertible {
 extension PortNamespace {
     /// When this process's connections to other processes move their messages into shared-memory rings.
     /// Process-wide, and read as a connection decides (a client, when it is busy), so set it before looking
-    /// services up or checking them in. The default is ``SharedRingPolicy/never`` for now, or what
-    /// `$PORTLOOP_SHARED_RINGS` says (`busy`, `always`) when the process starts with it set; both sides must ask.
+    /// services up or checking them in. The default is ``SharedRingPolicy/whenBusy``, or what
+    /// `$PORTLOOP_SHARED_RINGS` says (`always`, `never`) when the process starts with it set.
     ///
     /// C: `pl_set_shared_rings` (no Mach counterpart: the kernel moves every Mach message).
     public static var sharedRings: SharedRingPolicy {
