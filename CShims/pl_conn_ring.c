@@ -269,7 +269,7 @@ int pl_conn_ring_write_locked(pl_conn_t *conn, const uint8_t *head, size_t head_
     if (!by_socket) {
         put = pl_ring_put(conn->ring, head, head_length, body, body_length, false);
     } else if (!*marked) {
-        put = pl_ring_put(conn->ring, NULL, 0, NULL, 0, true);
+        put = pl_ring_put_mark_for_socket(conn->ring);
         *marked = put == PL_RING_PUT;
     }
     if (put == PL_RING_FULL) return 0; /* the reader rings this side's bell when it has made room */

@@ -308,12 +308,13 @@ static void pl_ring_write_header(uint8_t *at, uint32_t length, uint16_t kind) {
     memcpy(at, header, sizeof header);
 }
 
-pl_ring_put_result_t pl_ring_put(pl_ring_t *ring, const uint8_t *head, size_t head_length, const uint8_t *body,
-                                 size_t body_length, bool mark) {
+static pl_ring_put_result_t pl_ring_put_record(pl_ring_t *ring, const uint8_t *head, size_t head_length,
+                                               const uint8_t *body, size_t body_length, bool mark, bool quiet) {
     uint32_t length = mark ? 0 : (uint32_t)(head_length + body_length);
     uint32_t need = PL_RING_RECORD_HEADER + pl_align8(length);
     uint32_t at = ring->out_tail % PL_RING_BYTES;
     uint32_t to_end = PL_RING_BYTES - at;
+    bool padded = false;
     if (need > to_end) {
         /* Too little left before the end: pad it, and go on at the start. */
         int room = pl_ring_room(ring, to_end);
@@ -321,6 +322,7 @@ pl_ring_put_result_t pl_ring_put(pl_ring_t *ring, const uint8_t *head, size_t he
         pl_ring_write_header(ring->out_data + at, to_end - PL_RING_RECORD_HEADER, PL_RECORD_PAD);
         ring->out_tail += to_end;
         at = 0;
+        padded = true;
     }
     int room = pl_ring_room(ring, need);
     if (room < 0) return PL_RING_CORRUPT;
@@ -334,12 +336,24 @@ pl_ring_put_result_t pl_ring_put(pl_ring_t *ring, const uint8_t *head, size_t he
     /* Published with the pad, if only the pad went in (the reader skips it meanwhile). */
     atomic_store_explicit(&ring->out->tail, ring->out_tail, memory_order_seq_cst);
     /* A pad alone rings too: the largest record, padding from the ring's middle, fits only once the reader has
-     * taken the pad, and a reader that had armed would sleep on while this side waited for its room. */
-    if (atomic_load_explicit(&ring->out->reader_armed, memory_order_seq_cst) != 0 &&
+     * taken the pad, and a reader that had armed would sleep on while this side waited for its room. A quiet
+     * mark's packet wakes the reader from the socket, and the reader can go no further than the mark before that
+     * packet anyway: the arm stays for the next record. */
+    bool rings = !quiet || padded || room == 0;
+    if (rings && atomic_load_explicit(&ring->out->reader_armed, memory_order_seq_cst) != 0 &&
         atomic_exchange_explicit(&ring->out->reader_armed, 0, memory_order_seq_cst) != 0) {
         pl_ring_bell_ring(ring->ringer);
     }
     return room == 0 ? PL_RING_FULL : PL_RING_PUT;
+}
+
+pl_ring_put_result_t pl_ring_put(pl_ring_t *ring, const uint8_t *head, size_t head_length, const uint8_t *body,
+                                 size_t body_length, bool mark) {
+    return pl_ring_put_record(ring, head, head_length, body, body_length, mark, false);
+}
+
+pl_ring_put_result_t pl_ring_put_mark_for_socket(pl_ring_t *ring) {
+    return pl_ring_put_record(ring, NULL, 0, NULL, 0, true, true);
 }
 
 /* ---- reading ---------------------------------------------------------------------------------------- */

@@ -88,6 +88,10 @@ void pl_ring_forget_in_child(pl_ring_t *ring);
  * (no bytes). */
 pl_ring_put_result_t pl_ring_put(pl_ring_t *ring, const uint8_t *head, size_t head_length, const uint8_t *body,
                                  size_t body_length, bool mark);
+/* Puts a mark whose packet the caller sends on the socket next, which wakes the reader as the bell would (its
+ * readers watch both): the bell is rung only if a pad went in with it, or the mark did not fit. A stream of large
+ * packets then costs its writer one system call per packet, not two. */
+pl_ring_put_result_t pl_ring_put_mark_for_socket(pl_ring_t *ring);
 
 /* ---- reading (one reader at a time: the connection's read lock) ---- */
 

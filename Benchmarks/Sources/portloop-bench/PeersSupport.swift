@@ -97,6 +97,9 @@ func processFootprint(_ pid: pid_t) -> (descriptors: Int, residentBytes: Int)? {
     return (entries - 2, resident) // "." and ".."
 }
 
+/// The payload sizes the peers scenarios measure (`--payloads`); nil: all of them.
+nonisolated(unsafe) var selectedPayloads: Set<Int>?
+
 /// The payload sizes of the peers scenarios, with their labels and how many messages a run moves.
 struct PeerPayload: Sendable {
     var size: Int
@@ -106,6 +109,11 @@ struct PeerPayload: Sendable {
     var messages: Int
 
     static func all(quick: Bool) -> [PeerPayload] {
+        every(quick: quick).filter { selectedPayloads?.contains($0.size) ?? true }
+    }
+
+    /// Every payload size, whatever `--payloads` chose.
+    static func every(quick: Bool) -> [PeerPayload] {
         [
             PeerPayload(size: 8, label: "8 B", roundTrips: quick ? 1_000 : 10_000, messages: quick ? 20_000 : 200_000),
             PeerPayload(size: 4096, label: "4 KiB", roundTrips: quick ? 1_000 : 10_000,

@@ -24,8 +24,8 @@ func printError(_ text: String) {
 }
 
 let usage = """
-    usage: portloop-bench [--quick] [--json] [--runs N] [--variants LIST] [--histograms PATH] [--list]
-                          [scenario ...]
+    usage: portloop-bench [--quick] [--json] [--runs N] [--variants LIST] [--payloads LIST]
+                          [--histograms PATH] [--list] [scenario ...]
       --quick   fewer iterations per run, for a smoke test (figures are noisier)
       --json    print a JSON array of {scenario, name, kind, value, unit, min, max, runs, ratios}
                 instead of tables (keys: Benchmarks/README.md)
@@ -34,6 +34,9 @@ let usage = """
                 run only these variants of each interleaved measurement, numbered from 0 in the order the
                 scenario runs them (its source lists them; e.g. 0 or 0,3); the others' rows show nan. For
                 profiling one variant alone: ratios need the peers' variants
+      --payloads LIST
+                the peers scenarios measure only these payload sizes in bytes, of 8, 4096 and 1048576
+                (e.g. 1048576): for profiling one size alone
       --histograms PATH
                 write the latency distributions (round trips, timer lateness; HdrHistogram percentiles) to
                 PATH as JSON (keys: Benchmarks/README.md)
@@ -62,6 +65,14 @@ while let argument = arguments.popFirst() {
             exit(2)
         }
         selectedVariants = Set(list.compactMap { $0 })
+    case "--payloads":
+        let list = arguments.popFirst()?.split(separator: ",").map { Int($0) } ?? []
+        let sizes = Set(PeerPayload.every(quick: false).map(\.size))
+        guard !list.isEmpty, list.allSatisfy({ sizes.contains($0 ?? -1) }) else {
+            printError("--payloads needs a comma-separated list of 8, 4096 and 1048576\n\(usage)")
+            exit(2)
+        }
+        selectedPayloads = Set(list.compactMap { $0 })
     case "--json": json = true
     case "--histograms":
         guard let path = arguments.popFirst() else {
