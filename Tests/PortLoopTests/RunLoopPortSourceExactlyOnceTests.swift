@@ -184,6 +184,26 @@ struct RunLoopPortSourceExactlyOnceTests {
         #expect(handled.current == Array(0..<200))
     }
 
+    @Test("large payloads keep their bytes when a stop puts them back")
+    func largePayloadsPutBack() throws {
+        // Even ids are 100,000 bytes (the loop's buffer grows for the first), odd ones 10; each byte is its id.
+        @Sendable func bytes(_ id: Int32) -> [UInt8] { [UInt8](repeating: UInt8(id), count: id % 2 == 0 ? 100_000 : 10) }
+        let handled = Locked([Int32]())
+        let source = try RunLoopPortSource(queueLimit: 64, maxMessageSize: 100_000) { message in
+            let intact = message.payload == bytes(message.id)
+            handled.withLock { $0.append(intact ? message.id : -1 - message.id) }
+            if message.id == 9 { PortRunLoop.current.stop() } // 10, taken next, goes back
+            return nil
+        }
+        let sender = source.makeSendRight()
+        for id in Int32(0)..<40 { try sender.send(id: id, bytes: bytes(id), timeout: .poll) }
+        let worker = TestLoopThread(setUp: { loop in try loop.add(source, mode: .default) }, body: { loop in
+            [loop.run(mode: .default, timeout: .seconds(10)), loop.run(mode: .default, timeout: .milliseconds(200))]
+        })
+        #expect(worker.join() == [.stopped, .timedOut])
+        #expect(handled.current == Array(0..<40), "each once, in order, with its own bytes (negative: not)")
+    }
+
     @Test("a message taken with its reply port and put back keeps the reply port")
     func putBackKeepsReplyPort() throws {
         let holder = Locked<RunLoopPortSource?>(nil)

@@ -110,6 +110,37 @@ struct RunLoopRunTests {
                               "inner run finished back in kCFRunLoopDefaultMode"])
     }
 
+    @Test("a nested run from the afterWaiting callout leaves the message that woke the outer run as it was",
+          arguments: [16, 100_000])
+    func nestedRunKeepsTheWakingMessage(size: Int) throws {
+        // The outer run wakes with a message of port A in hand; before it is performed, an afterWaiting observer
+        // runs the loop in another mode, which takes a message of port B: each handler must see its own bytes.
+        let trace = Trace<String>()
+        let portA = try PortReceiveRight(maxMessageSize: 200_000), portB = try PortReceiveRight(maxMessageSize: 200_000)
+        let toA = portA.makeSendRight(), toB = portB.makeSendRight()
+        try toA.send(id: 1, bytes: [UInt8](repeating: 0xA1, count: size))
+        try toB.send(id: 2, bytes: [UInt8](repeating: 0xB2, count: size * 2))
+        let sourceA = RunLoopPortSource(port: portA) { message in
+            trace.append("A \(message.payload.count) \(Set(message.payload))")
+            return nil
+        }
+        let sourceB = RunLoopPortSource(port: portB) { message in
+            trace.append("B \(message.payload.count) \(Set(message.payload))")
+            return nil
+        }
+        let nested = Locked(false)
+        let worker = TestLoopThread(setUp: { loop in
+            try loop.add(sourceA, mode: .default)
+            try loop.add(sourceB, mode: "inner")
+            try loop.add(RunLoopObserver(activities: .afterWaiting) { _, _ in
+                guard !nested.withLock({ let was = $0; $0 = true; return was }) else { return }
+                trace.append("inner \(loop.run(mode: "inner", timeout: .seconds(5), returnAfterSourceHandled: true))")
+            }, mode: .default)
+        }, body: { loop in [loop.run(mode: .default, timeout: .seconds(5), returnAfterSourceHandled: true)] })
+        #expect(worker.join() == [.handledSource])
+        #expect(trace.all == ["B \(size * 2) [178]", "inner handledSource", "A \(size) [161]"])
+    }
+
     @Test("stop() ends only the innermost run")
     func stopInnermost() throws {
         let trace = Trace<String>()

@@ -42,13 +42,23 @@ extension PortRunLoop {
         let previousMode = currentMode
         currentMode = state
         runDepth += 1
+        let nested = runDepth > 1
         state.activeRuns += 1
         lock.unlock()
 
+        // A nested run (from a callout of an outer one) receives into a buffer of its own: the outer run's may
+        // hold the message that woke it, still to be performed after the callout returns (CF receives into each
+        // run's stack).
+        let outerBuffer = nested ? receiveBuffer : nil
+        if nested { receiveBuffer = .allocate(byteCount: Self.receiveBufferSize, alignment: 16) }
         let heldMainQueue = setMainQueueMember(state, servicesMainQueue(mode))
         doObservers(state, .entry)
         let result = runPasses(state, timeout: timeout, returnAfterSourceHandled: returnAfterSourceHandled)
         doObservers(state, .exit)
+        if let outerBuffer {
+            receiveBuffer.deallocate()
+            receiveBuffer = outerBuffer
+        }
         setMainQueueMember(state, heldMainQueue)
 
         let departed = lock.withLock { () -> [PortName: RunLoopPortSource] in

@@ -78,8 +78,11 @@ public final class PortRunLoop: @unchecked Sendable {
             spinNanoseconds.store(min(max(0, newValue.nanosecondsClamped), limit), ordering: .relaxed)
         }
     }
-    /// The loop thread's receive buffer; touched only by that thread.
-    var receiveBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 16)
+    /// The receive buffer of the loop's innermost run (a nested run has its own while it lasts); touched only by
+    /// the loop's thread.
+    var receiveBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: receiveBufferSize, alignment: 16)
+    /// A receive buffer's first size; it grows for a larger message.
+    static let receiveBufferSize = 4096
     /// The batch storage ``handleMessages`` lends itself while it runs; loop's thread only.
     var spareMessageBatch: MessageBatch?
     /// libdispatch's main-queue eventfd once looked up, and the main-queue servicing state; main thread only.
