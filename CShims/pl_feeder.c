@@ -198,8 +198,8 @@ static bool pl_ring_pending(pl_conn_t *conn) {
     return pending || atomic_load_explicit(&conn->read_again, memory_order_seq_cst);
 }
 
-bool pl_feeders_pump_pending_locked(pl_port_set_t *set) {
-    if (set->feeder_count == 0) return false;
+void pl_feeders_pump_pending_locked(pl_port_set_t *set) {
+    if (set->feeder_count == 0) return;
     pl_conn_t *conns[PL_POLL_MAX];
     uint32_t count = 0;
     for (pl_feeder_t *f = set->feeders; f != NULL && count < PL_POLL_MAX; f = f->next) {
@@ -207,19 +207,16 @@ bool pl_feeders_pump_pending_locked(pl_port_set_t *set) {
         pl_conn_retain(f->conn);
         conns[count++] = f->conn;
     }
-    if (count == 0) return false;
+    if (count == 0) return;
     pthread_mutex_unlock(&set->lock);
-    bool pumped = false;
     for (uint32_t i = 0; i < count; i++) {
         if (pl_ring_pending(conns[i])) {
             pl_feeder_pump(set, conns[i]); /* releases the reference */
-            pumped = true;
         } else {
             pl_conn_release(conns[i]);
         }
     }
     pthread_mutex_lock(&set->lock);
-    return pumped;
 }
 
 /* ---- detaching --------------------------------------------------------------------------------------- */

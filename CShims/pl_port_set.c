@@ -613,9 +613,12 @@ static pl_status_t pl_port_set_receive_looking(pl_port_set_t *set, pl_received_t
         }
 
         if (!set->polling && !rings_read && set->feeder_count > 0) {
-            /* Once per receive, before sleeping: records left in a ring ring no bell (pl_internal.h). */
+            /* Once per receive, before sleeping: records left in a ring ring no bell (pl_internal.h). The set
+             * lock was let go meanwhile, and a port that became ready then woke nobody (no thread was polling
+             * or waiting): look at the ready FIFO again before sleeping, whether this read anything or not. */
             rings_read = true;
-            if (pl_feeders_pump_pending_locked(set)) continue;
+            pl_feeders_pump_pending_locked(set);
+            continue;
         }
         if (!set->polling && (set->fd_count > 0 || set->feeder_count > 0 || deadline != INT64_MAX)) {
             /* Become the leader: sleep in the poller until a wake-up, a descriptor or the deadline. */

@@ -52,6 +52,9 @@
  *   ring_fork_stream         200,000 records from a child process through a ring, each checked, both sides
  *                            sleeping on their bells (edge-triggered epoll, as a connection's readers): a lost
  *                            wake-up fails on a timeout; neither bell holds more than 512 rings
+ *   ring_stream_to_set       rounds of 100,000 messages from a child process, through its connection's ring,
+ *                            into a port of a set (queue limit 1024) that this process receives from: each in
+ *                            order, no receive slow enough to have slept on a ready port until its deadline
  *
  * Payloads are small (inline, <= 48 bytes) and large (heap) and carry a pattern derived from the message
  * id, checked on receipt.
@@ -2352,6 +2355,86 @@ static void scenario_ring_fork_stream(void) {
     pl_ring_free(ring);
 }
 
+/* ---- ring_stream_to_set ------------------------------------------------------------------------------ */
+
+enum { RSS_MESSAGES = 100000, RSS_ROUNDS = 3 };
+
+/* The receiver reads the connection's ring itself (the set feeds from it) while the transport reads it too, when
+ * the stream outruns the receiver; before sleeping, the receiver lets go of the set's lock to empty the ring. A port
+ * the transport makes ready in that moment wakes nobody: the receiver must look again, or it sleeps on a full queue
+ * while the sender waits for room. */
+static void ring_stream_to_set_body(void) {
+    char dir[] = "/tmp/pl-stress-rss-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    pl_set_shared_rings(PL_RINGS_WHEN_BUSY);
+    pl_port_t *port;
+    pl_port_set_t *set;
+    CHECK_OK(pl_port_create(1024, 16, &port));
+    CHECK_OK(pl_port_set_create(&set));
+    CHECK_OK(pl_port_set_insert(set, port));
+    CHECK_OK(pl_service_check_in(dir, "svc", port, NULL));
+    for (int round = 0; round < RSS_ROUNDS && atomic_load(&scenario_failures) == 0; round++) {
+        pid_t child = fork();
+        CHECK(child >= 0);
+        if (child == 0) {
+            pl_port_t *service = NULL;
+            if (pl_service_look_up(dir, "svc", 5000 * MS, &service) != PL_OK) _exit(2);
+            for (uint32_t seq = 0; seq < RSS_MESSAGES; seq++) {
+                uint32_t payload[4] = { seq, ~seq, seq * 7919u, 0 };
+                pl_status_t status = pl_port_send(service, 8, payload, sizeof payload, NULL, PL_TIMEOUT_FOREVER);
+                if (status != PL_OK) {
+                    fprintf(stderr, "ring_stream_to_set: the child's send %u failed: %s\n", seq,
+                            pl_status_describe(status));
+                    _exit(3);
+                }
+            }
+            _exit(0);
+        }
+        uint32_t expected = 0;
+        int64_t slowest = 0;
+        pl_status_t status = PL_OK;
+        while (expected < RSS_MESSAGES) {
+            pl_received_t out;
+            uint32_t payload[4];
+            /* A receiver asleep on a ready port wakes at its deadline with the message: the time tells. */
+            int64_t start = now_ns();
+            status = pl_port_set_receive(set, &out, payload, sizeof payload, 20000 * MS);
+            int64_t took = now_ns() - start;
+            if (took > slowest) slowest = took;
+            if (status != PL_OK) break;
+            if (out.kind != PL_RECEIVED_MESSAGE || out.id != 8 || out.size != sizeof payload ||
+                payload[0] != expected || payload[1] != ~expected || payload[2] != expected * 7919u) {
+                status = PL_ERR_SYSTEM;
+                break;
+            }
+            expected++;
+        }
+        if (expected < RSS_MESSAGES) {
+            fprintf(stderr, "ring_stream_to_set: round %d: message %u of %u: %s\n", round, expected, RSS_MESSAGES,
+                    status == PL_ERR_SYSTEM ? "not the one due" : pl_status_describe(status));
+            kill(child, SIGKILL);
+        }
+        CHECK(expected == RSS_MESSAGES);
+        if (slowest >= 10000 * MS) {
+            fprintf(stderr, "ring_stream_to_set: round %d: a receive took %.1f s\n", round, (double)slowest / 1e9);
+        }
+        CHECK(slowest < 10000 * MS);
+        int wait_status = 0;
+        CHECK(waitpid(child, &wait_status, 0) == child);
+        /* 1: valgrind's verdict on the memory the child inherited; 2 and 3: the child's own failures. */
+        CHECK(expected < RSS_MESSAGES ||
+              (WIFEXITED(wait_status) && (WEXITSTATUS(wait_status) == 0 || WEXITSTATUS(wait_status) == 1)));
+    }
+    CHECK_OK(pl_port_destroy(port));
+    pl_port_set_release(set);
+    char lock[64];
+    snprintf(lock, sizeof lock, "%s/.svc.lock", dir);
+    unlink(lock);
+    rmdir(dir);
+}
+
+static void scenario_ring_stream_to_set(void) { run_in_own_process(ring_stream_to_set_body); }
+
 int main(int argc, char **argv) {
     bool verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     setvbuf(stdout, NULL, _IOLBF, 0); /* the summary must survive LeakSanitizer's exit */
@@ -2382,6 +2465,7 @@ int main(int argc, char **argv) {
         { "ring_hostile", scenario_ring_hostile },
         { "ring_stuck_bell", scenario_ring_stuck_bell },
         { "ring_fork_stream", scenario_ring_fork_stream },
+        { "ring_stream_to_set", scenario_ring_stream_to_set },
     };
     int passed = 0, failed = 0;
     int64_t start = now_ns();
