@@ -98,20 +98,26 @@ static bool pl_rx_deliver(pl_conn_t *conn, const uint8_t *inline_bytes, const ch
     } else if (conn->rx.total > 0) {
         memcpy(slot.payload.bytes, inline_bytes != NULL ? inline_bytes : conn->rx.bytes, conn->rx.total);
     }
-    slot.extra = calloc(1, sizeof *slot.extra);
-    if (slot.extra == NULL) {
-        if (conn->rx.total > PL_INLINE_PAYLOAD) conn->rx.bytes = slot.payload.heap;
-        pl_rx_discard(conn);
-        *reason = "out of memory for a message";
-        return false;
-    }
-    if (!once) {
-        slot.extra->origin = e; /* its slot is lent to the peer again when it is taken */
+    bool large_mapping = mapped && conn->rx.total > PL_INLINE_PAYLOAD;
+    if (!once && conn->rx.attachments == NULL && !large_mapping) {
+        slot.extra = &e->plain; /* the usual message: nothing to allocate */
         pl_export_retain(e);
+    } else {
+        slot.extra = calloc(1, sizeof *slot.extra);
+        if (slot.extra == NULL) {
+            if (conn->rx.total > PL_INLINE_PAYLOAD) conn->rx.bytes = slot.payload.heap;
+            pl_rx_discard(conn);
+            *reason = "out of memory for a message";
+            return false;
+        }
+        if (!once) {
+            slot.extra->origin = e; /* its slot is lent to the peer again when it is taken */
+            pl_export_retain(e);
+        }
+        slot.extra->sender = conn->peer;
+        slot.extra->attachments = conn->rx.attachments;
+        if (large_mapping) slot.extra->flags = PL_MSG_MAPPED;
     }
-    slot.extra->sender = conn->peer;
-    slot.extra->attachments = conn->rx.attachments;
-    if (mapped && conn->rx.total > PL_INLINE_PAYLOAD) slot.extra->flags = PL_MSG_MAPPED;
     conn->rx.reply = NULL;
     conn->rx.attachments = NULL;
     pl_ool_release(conn->rx.bytes, conn->rx.total, mapped); /* a small payload's, copied into the slot */

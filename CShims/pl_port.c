@@ -73,9 +73,10 @@ void pl_port_release_internal(pl_port_t *port) {
 
 static void pl_extra_free(pl_msg_extra_t *extra) {
     if (extra == NULL) return;
+    bool shared = (extra->flags & PL_MSG_SHARED) != 0; /* read first: the release may free the export holding it */
     pl_attachments_free(extra->attachments);
     if (extra->origin != NULL) pl_export_release(extra->origin);
-    free(extra);
+    if (!shared) free(extra);
 }
 
 /* Releases what a queued message owns. Called without any port lock held. */
@@ -748,11 +749,12 @@ static inline pl_status_t pl_port_dequeue_into_locked(pl_port_t *port, pl_receiv
         out->sender = extra->sender;
         out->attachments = extra->attachments;
         out->flags |= extra->flags & PL_RECEIVED_NOTIFICATION;
+        bool shared = (extra->flags & PL_MSG_SHARED) != 0; /* read first: the release may free the export holding it */
         if (extra->origin != NULL) {
             pl_remote_room_freed_locked(port, extra->origin);
             pl_export_release(extra->origin); /* frees memory only, never takes a lock */
         }
-        free(extra);
+        if (!shared) free(extra);
     }
     return PL_OK;
 }

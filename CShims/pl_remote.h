@@ -76,6 +76,9 @@ typedef struct pl_msg_extra {
 
 /* In pl_msg_extra_t.flags, never shown to a receiver: the slot's heap payload is a mapping (munmap, not free). */
 #define PL_MSG_MAPPED 0x100u
+/* In pl_msg_extra_t.flags: the extra is an export's `plain`, shared by its plain messages; a message holds a
+ * reference to the export instead of memory of its own. */
+#define PL_MSG_SHARED 0x200u
 
 /* Whether a large slot's payload is a mapping. */
 static inline bool pl_slot_payload_mapped(const struct pl_msg_extra *extra) {
@@ -107,6 +110,9 @@ typedef struct pl_export {
     atomic_uint owed;         /* part of lent that the peer has not been told of */
     bool in_owed_list;
     struct pl_export *next_owed;
+    /* Set when made, then read only: the extra of every message through it with no attachments that is not mapped
+     * (origin this export, the peer as sender, PL_MSG_SHARED), so that such a message allocates nothing. */
+    pl_msg_extra_t plain;
 } pl_export_t;
 
 /* ---- proxies: a port of the peer, seen from here ---- */
