@@ -286,15 +286,12 @@ int pl_conn_ring_write_locked(pl_conn_t *conn, const uint8_t *head, size_t head_
 
 /* ---- reading ---------------------------------------------------------------------------------------- */
 
-/* Whether the socket holds the end (or a packet no mark announced: the peer broke the protocol). */
+/* What the socket holds while the ring is empty: nothing (DRAINED), the end (ENDED), or a packet (MORE). */
 static pl_read_result_t pl_conn_ring_look_at_socket(pl_conn_t *conn, const char **why) {
     for (int tries = 0; tries < 2; tries++) {
         char byte;
         ssize_t n = recv(conn->fd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
-        if (n > 0) {
-            *why = "ring: a packet on the socket that no mark announced";
-            return PL_READ_ENDED;
-        }
+        if (n > 0) return PL_READ_MORE;
         if (n == 0) {
             *why = "the peer closed the connection";
             return PL_READ_ENDED;
@@ -327,6 +324,7 @@ pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget,
     pl_ring_t *ring = conn->ring; /* the reader's while it reads by ring: only the teardown, under read_lock, frees it */
     pl_read_result_t result = PL_READ_DRAINED;
     int read = 0;
+    bool looked_again = false;
     while (read < budget) {
         if (conn->ring_mark) {
             int taken = 0;
@@ -361,8 +359,21 @@ pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget,
         }
         pl_ring_done_reading(ring);
         if (pl_ring_arm(ring)) continue; /* a record came as we armed: its writer may not ring for it */
-        /* Woken for nothing in the ring: the socket, then, which holds nothing but the end. */
-        if (read == 0) result = pl_conn_ring_look_at_socket(conn, why);
+        /* Woken for nothing in the ring: the socket, then, which holds nothing but the end, or a packet whose mark
+         * the peer put in the ring after this side looked (a mark goes in before its packet is sent): the ring
+         * holds it now. A ring still empty means that no mark announced the packet. */
+        if (read == 0) {
+            result = pl_conn_ring_look_at_socket(conn, why);
+            if (result == PL_READ_MORE && !looked_again && pl_ring_pending_bytes(ring) > 0) {
+                looked_again = true;
+                result = PL_READ_DRAINED;
+                continue;
+            }
+            if (result == PL_READ_MORE) {
+                *why = "ring: a packet on the socket that no mark announced";
+                result = PL_READ_ENDED;
+            }
+        }
         break;
     }
     if (result != PL_READ_ENDED) {

@@ -52,9 +52,10 @@
  *   ring_fork_stream         200,000 records from a child process through a ring, each checked, both sides
  *                            sleeping on their bells (edge-triggered epoll, as a connection's readers): a lost
  *                            wake-up fails on a timeout; neither bell holds more than 512 rings
- *   ring_stream_to_set       rounds of 100,000 messages from a child process, through its connection's ring,
- *                            into a port of a set (queue limit 1024) that this process receives from: each in
- *                            order, no receive slow enough to have slept on a ready port until its deadline
+ *   ring_stream_to_set       rounds of 100,000 small and of 30,000 4 KiB messages from a child process, through
+ *                            its connection's ring, into a port of a set (queue limit 1024) that this process
+ *                            receives from: each in order, no receive slow enough to have slept on a ready port
+ *                            until its deadline, no sender left waiting on a ring that had room
  *
  * Payloads are small (inline, <= 48 bytes) and large (heap) and carry a pattern derived from the message
  * id, checked on receipt.
@@ -2357,72 +2358,108 @@ static void scenario_ring_fork_stream(void) {
 
 /* ---- ring_stream_to_set ------------------------------------------------------------------------------ */
 
-enum { RSS_MESSAGES = 100000, RSS_ROUNDS = 3 };
+enum { RSS_ROUNDS = 6, RSS_LARGEST = 4096 };
 
-/* The receiver reads the connection's ring itself (the set feeds from it) while the transport reads it too, when
+/* Rounds of small messages, then of 4 KiB ones, which fill the ring faster than the receiver, slowed down, empties it.
+ *
+ * The receiver reads the connection's ring itself (the set feeds from it) while the transport reads it too, when
  * the stream outruns the receiver; before sleeping, the receiver lets go of the set's lock to empty the ring. A port
  * the transport makes ready in that moment wakes nobody: the receiver must look again, or it sleeps on a full queue
- * while the sender waits for room. */
+ * while the sender waits for room.
+ *
+ * The sender, finding the ring full, queues the message; the receiver may make room and ring the sender's bell
+ * before the message is queued, and the sender's transport, woken, finds nothing to send: the sender must look at
+ * the ring again once the message is queued, or the queue waits for a bell that has rung already. */
 static void ring_stream_to_set_body(void) {
+    static const uint32_t sizes[RSS_ROUNDS] = { 16, 16, 16, RSS_LARGEST, RSS_LARGEST, RSS_LARGEST };
+    static const uint32_t counts[RSS_ROUNDS] = { 100000, 100000, 100000, 30000, 30000, 30000 };
     char dir[] = "/tmp/pl-stress-rss-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
     pl_set_shared_rings(PL_RINGS_WHEN_BUSY);
     pl_port_t *port;
     pl_port_set_t *set;
-    CHECK_OK(pl_port_create(1024, 16, &port));
+    CHECK_OK(pl_port_create(1024, RSS_LARGEST, &port));
     CHECK_OK(pl_port_set_create(&set));
     CHECK_OK(pl_port_set_insert(set, port));
     CHECK_OK(pl_service_check_in(dir, "svc", port, NULL));
+    static uint32_t payload[RSS_LARGEST / 4];
     for (int round = 0; round < RSS_ROUNDS && atomic_load(&scenario_failures) == 0; round++) {
+        uint32_t size = sizes[round], count = counts[round], words = size / 4;
         pid_t child = fork();
         CHECK(child >= 0);
         if (child == 0) {
             pl_port_t *service = NULL;
             if (pl_service_look_up(dir, "svc", 5000 * MS, &service) != PL_OK) _exit(2);
-            for (uint32_t seq = 0; seq < RSS_MESSAGES; seq++) {
-                uint32_t payload[4] = { seq, ~seq, seq * 7919u, 0 };
-                pl_status_t status = pl_port_send(service, 8, payload, sizeof payload, NULL, PL_TIMEOUT_FOREVER);
+            for (uint32_t seq = 0; seq < count; seq++) {
+                payload[0] = seq;
+                payload[1] = ~seq;
+                payload[words - 1] = seq * 7919u;
+                pl_status_t status = pl_port_send(service, 8, payload, size, NULL, PL_TIMEOUT_FOREVER);
                 if (status != PL_OK) {
                     fprintf(stderr, "ring_stream_to_set: the child's send %u failed: %s\n", seq,
                             pl_status_describe(status));
                     _exit(3);
                 }
             }
+            /* Ends once the receiver has answered a last message: everything sent before it has left this process
+             * (what waits in its outgoing queue would die with an _exit). */
+            pl_port_t *reply = NULL;
+            pl_received_t answer;
+            if (pl_port_create(1, 16, &reply) != PL_OK ||
+                pl_port_send(service, 9, NULL, 0, reply, PL_TIMEOUT_FOREVER) != PL_OK ||
+                pl_port_receive(reply, &answer, NULL, 0, 20000 * MS) != PL_OK) {
+                _exit(4);
+            }
             _exit(0);
         }
         uint32_t expected = 0;
         int64_t slowest = 0;
         pl_status_t status = PL_OK;
-        while (expected < RSS_MESSAGES) {
+        while (expected < count) {
             pl_received_t out;
-            uint32_t payload[4];
             /* A receiver asleep on a ready port wakes at its deadline with the message: the time tells. */
             int64_t start = now_ns();
             status = pl_port_set_receive(set, &out, payload, sizeof payload, 20000 * MS);
             int64_t took = now_ns() - start;
             if (took > slowest) slowest = took;
             if (status != PL_OK) break;
-            if (out.kind != PL_RECEIVED_MESSAGE || out.id != 8 || out.size != sizeof payload ||
-                payload[0] != expected || payload[1] != ~expected || payload[2] != expected * 7919u) {
+            if (out.kind != PL_RECEIVED_MESSAGE || out.id != 8 || out.size != size || payload[0] != expected ||
+                payload[1] != ~expected || payload[words - 1] != expected * 7919u) {
                 status = PL_ERR_SYSTEM;
                 break;
             }
             expected++;
+            /* Large rounds: a receiver slower than its sender, whose ring stays full. */
+            if (size == RSS_LARGEST) {
+                int64_t until = now_ns() + 2000;
+                while (now_ns() < until) {}
+            }
         }
-        if (expected < RSS_MESSAGES) {
-            fprintf(stderr, "ring_stream_to_set: round %d: message %u of %u: %s\n", round, expected, RSS_MESSAGES,
-                    status == PL_ERR_SYSTEM ? "not the one due" : pl_status_describe(status));
+        if (expected < count) {
+            fprintf(stderr, "ring_stream_to_set: round %d (%u B): message %u of %u: %s\n", round, size, expected,
+                    count, status == PL_ERR_SYSTEM ? "not the one due" : pl_status_describe(status));
             kill(child, SIGKILL);
         }
-        CHECK(expected == RSS_MESSAGES);
+        if (expected == count) {
+            /* The sender's last message, with a port for the answer it waits for before it ends. */
+            pl_received_t out;
+            status = pl_port_set_receive(set, &out, payload, sizeof payload, 20000 * MS);
+            CHECK(status == PL_OK && out.id == 9 && out.reply != NULL);
+            if (status == PL_OK && out.reply != NULL) {
+                CHECK_OK(pl_port_send(out.reply, 10, NULL, 0, NULL, 5000 * MS));
+                pl_port_release_send(out.reply);
+            }
+        }
+        CHECK(expected == count);
         if (slowest >= 10000 * MS) {
-            fprintf(stderr, "ring_stream_to_set: round %d: a receive took %.1f s\n", round, (double)slowest / 1e9);
+            fprintf(stderr, "ring_stream_to_set: round %d (%u B): a receive took %.1f s\n", round, size,
+                    (double)slowest / 1e9);
         }
         CHECK(slowest < 10000 * MS);
         int wait_status = 0;
         CHECK(waitpid(child, &wait_status, 0) == child);
-        /* 1: valgrind's verdict on the memory the child inherited; 2 and 3: the child's own failures. */
-        CHECK(expected < RSS_MESSAGES ||
+        /* 1: valgrind's verdict on the memory the child inherited; 2 to 4: the child's own failures. */
+        CHECK(expected < count ||
               (WIFEXITED(wait_status) && (WEXITSTATUS(wait_status) == 0 || WEXITSTATUS(wait_status) == 1)));
     }
     CHECK_OK(pl_port_destroy(port));
