@@ -113,7 +113,8 @@ pl_status_t pl_conn_export_locked(pl_conn_t *conn, pl_port_t *port, pl_wire_righ
         e->conn = conn;
         pl_conn_retain(conn);
         atomic_init(&e->owed, 0);
-        /* The peer is known: a connection carries rights only after its hello. */
+        /* The peer is known and stays: a service's side has it from the socket before its first export, a client's
+         * from the service's hello, before which it holds no proxy to send a right through. */
         e->plain = (pl_msg_extra_t){ .origin = e, .sender = conn->peer, .flags = PL_MSG_SHARED };
         e->next_of_port = port->exports;
         port->exports = e;

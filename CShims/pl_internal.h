@@ -180,7 +180,7 @@ uint32_t pl_feeders_collect_locked(pl_port_set_t *set, const uint64_t *ids, uint
                                    uint32_t max);
 /* Before a receiver sleeps (set lock held, and held again on return): reads the rings of the connections this set
  * feeds from that hold records. A ring's writer rings only a reader that stopped looking, so records that a reader
- * left (the transport, handing a flood over) bring no bell: whoever sleeps must look first. The set lock is let go
+ * left (the transport, handing a flood over) bring no bell: whoever sleeps must look first. The set lock may be let go
  * meanwhile, so the caller looks at the ready FIFO again. */
 void pl_feeders_pump_pending_locked(pl_port_set_t *set);
 /* Reads what a feeder has for us (the set's leader, no lock held); releases the reference. */

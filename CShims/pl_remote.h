@@ -66,12 +66,14 @@ void pl_handle_map_each(pl_handle_map_t *map, void (*fn)(uint32_t key, void *val
 
 typedef struct pl_conn pl_conn_t;
 
-/* Allocated only for a message with attachments or one that came from another process. */
+/* A message's sender, attachments and origin: allocated for a message with attachments, a notice, a send-once
+ * message or a mapped payload from another process; a plain message from another process points at its export's
+ * `plain` (PL_MSG_SHARED); a plain local message has none. */
 typedef struct pl_msg_extra {
     struct pl_export *origin; /* the export it arrived through (a reference), or NULL */
     pl_sender_t sender;
     pl_attachments_t *attachments;
-    uint32_t flags;           /* PL_RECEIVED_NOTIFICATION for a notice (pl_notify.c); PL_MSG_MAPPED */
+    uint32_t flags;           /* PL_RECEIVED_NOTIFICATION for a notice (pl_notify.c); PL_MSG_MAPPED; PL_MSG_SHARED */
 } pl_msg_extra_t;
 
 /* In pl_msg_extra_t.flags, never shown to a receiver: the slot's heap payload is a mapping (munmap, not free). */
