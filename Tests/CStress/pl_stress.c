@@ -1304,6 +1304,16 @@ static void scenario_handle_wrap(void) {
     pl_conn_release(conn);
 }
 
+/* Removes a scenario's namespace directory with what service "svc" may have left in it (its lock, its socket). */
+static void remove_service_dir(const char *dir) {
+    char path[96];
+    snprintf(path, sizeof path, "%s/.svc.lock", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/svc", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
 /* A child forked after the transport started makes a transport of its own: it looks the parent's service up and
  * sends to it, and nothing it does reaches the parent's epoll (which fork would otherwise share). */
 static void fork_child_body(void) {
@@ -1345,10 +1355,7 @@ static void fork_child_body(void) {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 2 && WEXITSTATUS(status) != 3);
     CHECK(received == 200);
     CHECK_OK(pl_port_destroy(port));
-    char lock[64];
-    snprintf(lock, sizeof lock, "%s/.svc.lock", dir);
-    unlink(lock);
-    rmdir(dir);
+    remove_service_dir(dir);
 }
 
 /* Runs a scenario that starts a transport in a process of its own: the transport thread lives as long as its
@@ -1656,12 +1663,7 @@ static void status_queries_body(void) {
     CHECK(waitpid(child, &status, 0) == child);
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
     CHECK_OK(pl_port_release_send(service));
-    char path[96];
-    snprintf(path, sizeof path, "%s/.svc.lock", dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/svc", dir);
-    unlink(path);
-    rmdir(dir);
+    remove_service_dir(dir);
 }
 
 static void scenario_status_queries(void) { run_in_own_process(status_queries_body); }
@@ -2464,10 +2466,7 @@ static void ring_stream_to_set_body(void) {
     }
     CHECK_OK(pl_port_destroy(port));
     pl_port_set_release(set);
-    char lock[64];
-    snprintf(lock, sizeof lock, "%s/.svc.lock", dir);
-    unlink(lock);
-    rmdir(dir);
+    remove_service_dir(dir);
 }
 
 static void scenario_ring_stream_to_set(void) { run_in_own_process(ring_stream_to_set_body); }
