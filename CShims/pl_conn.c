@@ -110,7 +110,7 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *head, siz
     }
     /* Room for more only behind a small frame: a large one (a fragment, a big payload) would leave most of it idle. */
     size_t capacity = packs && length <= PL_CONN_PACK_BYTES / 8 ? PL_CONN_PACK_BYTES : length;
-    pl_out_frame_t *frame = malloc(sizeof *frame + capacity);
+    pl_out_frame_t *frame = pl_payload_cache_take(sizeof *frame + capacity);
     if (frame == NULL) return false;
     frame->next = NULL;
     frame->length = length;
@@ -123,7 +123,7 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *head, siz
         int copy = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
         if (copy < 0) {
             for (uint32_t j = 0; j < frame->fd_count; j++) close(frame->fds[j]);
-            free(frame);
+            pl_payload_cache_give(frame);
             return false;
         }
         frame->fds[frame->fd_count++] = copy;
@@ -163,7 +163,7 @@ static bool pl_conn_send_queued_locked(pl_conn_t *conn, bool keep_tail, bool *go
         conn->out_bytes -= frame->capacity;
         conn->out_control_bytes -= frame->control_bytes;
         for (uint32_t i = 0; i < frame->fd_count; i++) close(frame->fds[i]);
-        free(frame);
+        pl_payload_cache_give(frame);
     }
     return true;
 }

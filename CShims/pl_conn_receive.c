@@ -215,7 +215,7 @@ static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, bool more, 
         conn->rx.received = m->total_size;
         /* The descriptor is closed with the frame's others: the mapping outlives it. */
     } else if (m->total_size > 0 && (more || m->total_size > PL_INLINE_PAYLOAD)) {
-        conn->rx.bytes = malloc(m->total_size);
+        conn->rx.bytes = pl_payload_cache_take(m->total_size);
         if (conn->rx.bytes == NULL) {
             *reason = "out of memory for a message";
             pl_rx_discard(conn);

@@ -14,6 +14,18 @@
 /* Payloads up to this size live inside the slot; larger ones are one malloc per message. */
 #define PL_INLINE_PAYLOAD PL_INLINE_PAYLOAD_SIZE
 
+/* ---- large payload memory kept for reuse (pl_payload_cache.c) ---- */
+
+#define PL_PAYLOAD_CACHE_MIN 65536u         /* smaller sizes go straight to malloc and free */
+#define PL_PAYLOAD_CACHE_ENTRIES 16u        /* buffers kept at most */
+#define PL_PAYLOAD_CACHE_BYTES (8u << 20)   /* and bytes in all */
+
+/* malloc(size), or a kept buffer of at least size and at most twice it. NULL: out of memory. */
+void *pl_payload_cache_take(size_t size);
+/* free(bytes), or keeps the buffer for a later take. Any malloc'd memory may be given, and memory taken may be
+ * freed with free() instead. */
+void pl_payload_cache_give(void *bytes);
+
 /* One queued message. */
 typedef struct pl_slot {
     int32_t id;
@@ -194,10 +206,12 @@ void pl_feeders_detach_set(pl_port_set_t *set);
 void pl_port_retain_internal(pl_port_t *port);
 void pl_port_release_internal(pl_port_t *port);
 
-/* Dequeues the first message into out/buffer; the port lock must be held and count > 0.
- * Returns PL_ERR_TOO_LARGE (message left in place) when it does not fit. The message's sender, attachments and
- * reply right move to out; room freed for another process is lent again (pl_remote.h). */
-pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity);
+/* Dequeues the first message into out/buffer, or with `take` (else NULL) hands its payload memory over; the port
+ * lock must be held and count > 0. Returns PL_ERR_TOO_LARGE (message left in place) when it does not fit, or
+ * PL_ERR_NO_MEMORY when a taken inline payload cannot be copied out. The message's sender, attachments and reply
+ * right move to out; room freed for another process is lent again (pl_remote.h). */
+pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity,
+                                   pl_payload_t *take);
 
 /* ---- set internals used by the port file ---- */
 

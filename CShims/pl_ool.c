@@ -106,7 +106,7 @@ void *pl_ool_map(int fd, uint32_t size, bool *out_mapped, const char **reason) {
 
 void pl_ool_release(void *bytes, size_t size, bool mapped) {
     if (bytes == NULL) return;
-    if (mapped) munmap(bytes, size); else free(bytes);
+    if (mapped) munmap(bytes, size); else pl_payload_cache_give(bytes);
 }
 
 void pl_payload_free(pl_payload_t *payload) {
@@ -119,7 +119,7 @@ pl_status_t pl_payload_allocate(size_t size, pl_payload_t *out) {
     if (out == NULL || size > PL_MSG_SIZE_MAX) return PL_ERR_INVALID_ARG;
     *out = (pl_payload_t){ .base = NULL, .size = size, .mapped = 0 };
     if (size == 0) return PL_OK;
-    out->base = malloc(size);
+    out->base = pl_payload_cache_take(size);
     if (out->base == NULL) {
         out->size = 0;
         return PL_ERR_NO_MEMORY;

@@ -276,7 +276,7 @@ uint32_t pl_port_message_count(const pl_port_t *port) {
 static bool pl_slot_fill(pl_slot_t *slot, int32_t id, const void *payload, size_t size) {
     *slot = (pl_slot_t){ .id = id, .size = (uint32_t)size, .reply = NULL, .extra = NULL };
     if (size > PL_INLINE_PAYLOAD) {
-        slot->payload.heap = malloc(size);
+        slot->payload.heap = pl_payload_cache_take(size);
         if (slot->payload.heap == NULL) return false;
         memcpy(slot->payload.heap, payload, size);
     } else if (size > 0) {
@@ -759,8 +759,9 @@ static inline pl_status_t pl_port_dequeue_into_locked(pl_port_t *port, pl_receiv
     return PL_OK;
 }
 
-pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity) {
-    return pl_port_dequeue_into_locked(port, out, buffer, capacity, NULL);
+pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity,
+                                   pl_payload_t *take) {
+    return pl_port_dequeue_into_locked(port, out, buffer, capacity, take);
 }
 
 static void pl_received_reset(pl_received_t *out) {

@@ -423,10 +423,11 @@ static void pl_end_nonblocking_poll_locked(pl_port_set_t *set) {
     if (set->sleeping_followers > 0 && set->fd_count > 0) pthread_cond_signal(&set->followers);
 }
 
-/* Takes one message from the first ready port. Called with the set lock held and ready_head set; returns
- * with the set lock released. *handled is false when the port turned out empty (another receiver took it). */
+/* Takes one message from the first ready port, its payload into buffer or, with `take`, handed over. Called with
+ * the set lock held and ready_head set; returns with the set lock released. *handled is false when the port turned
+ * out empty (another receiver took it). */
 static pl_status_t pl_take_from_ready_port(pl_port_set_t *set, pl_received_t *out, void *buffer,
-                                           size_t capacity, bool *handled) {
+                                           size_t capacity, pl_payload_t *take, bool *handled) {
     pl_membership_t *m = set->ready_head;
     pl_ready_remove(set, m);
     pl_port_t *port = m->port;
@@ -448,7 +449,7 @@ static pl_status_t pl_take_from_ready_port(pl_port_set_t *set, pl_received_t *ou
         out->arrival_context = atomic_load_explicit(&port->context, memory_order_acquire);
         out->fd = -1;
     } else if (*handled) {
-        status = pl_port_dequeue_locked(port, out, buffer, capacity);
+        status = pl_port_dequeue_locked(port, out, buffer, capacity, take);
         /* m may have been freed while unlocked; look the membership up again under the port lock. */
         pl_membership_t *again = pl_find_membership_locked(port, set);
         if (again != NULL && port->count > 0) {
@@ -524,7 +525,7 @@ next_ready_port:
         if (offset > capacity || port->ring[port->head].size > capacity - offset) break;
         pl_received_t *out = &outs[taken];
         memset(out, 0, sizeof *out);
-        pl_port_dequeue_locked(port, out, (char *)buffer + offset, capacity - offset);
+        pl_port_dequeue_locked(port, out, (char *)buffer + offset, capacity - offset, NULL);
         out->offset = (uint32_t)offset;
         used = offset + out->size;
         taken++;
@@ -548,9 +549,11 @@ next_ready_port:
     return taken > 0 ? PL_OK : PL_ERR_TIMED_OUT;
 }
 
-/* A receive; `look` false (with timeout 0 only) skips the one look at the descriptors that a poll makes. */
+/* A receive; `look` false (with timeout 0 only) skips the one look at the descriptors that a poll makes. With
+ * `take`, the payload is handed over instead of copied into buffer. */
 static pl_status_t pl_port_set_receive_looking(pl_port_set_t *set, pl_received_t *out, void *buffer,
-                                               size_t capacity, int64_t timeout_ns, bool look) {
+                                               size_t capacity, pl_payload_t *take, int64_t timeout_ns,
+                                               bool look) {
     if (set == NULL || out == NULL || !pl_timeout_valid(timeout_ns)) return PL_ERR_INVALID_ARG;
     if (capacity > 0 && buffer == NULL) return PL_ERR_INVALID_ARG;
     memset(out, 0, sizeof *out);
@@ -589,7 +592,7 @@ static pl_status_t pl_port_set_receive_looking(pl_port_set_t *set, pl_received_t
         }
         if (set->ready_head != NULL) {
             bool handled;
-            status = pl_take_from_ready_port(set, out, buffer, capacity, &handled);
+            status = pl_take_from_ready_port(set, out, buffer, capacity, take, &handled);
             if (handled && !was_leader) return status; /* the common case: one lock round per message */
             pthread_mutex_lock(&set->lock);
             if (handled) break;
@@ -650,9 +653,22 @@ static pl_status_t pl_port_set_receive_looking(pl_port_set_t *set, pl_received_t
 
 pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *buffer, size_t capacity,
                                 int64_t timeout_ns) {
-    return pl_port_set_receive_looking(set, out, buffer, capacity, timeout_ns, true);
+    return pl_port_set_receive_looking(set, out, buffer, capacity, NULL, timeout_ns, true);
 }
 
 pl_status_t pl_port_set_receive_queued(pl_port_set_t *set, pl_received_t *out, void *buffer, size_t capacity) {
-    return pl_port_set_receive_looking(set, out, buffer, capacity, 0, false);
+    return pl_port_set_receive_looking(set, out, buffer, capacity, NULL, 0, false);
+}
+
+pl_status_t pl_port_set_receive_payload(pl_port_set_t *set, pl_received_t *out, pl_payload_t *payload,
+                                        int64_t timeout_ns) {
+    if (payload == NULL) return PL_ERR_INVALID_ARG;
+    *payload = (pl_payload_t){ 0 };
+    return pl_port_set_receive_looking(set, out, NULL, 0, payload, timeout_ns, true);
+}
+
+pl_status_t pl_port_set_receive_queued_payload(pl_port_set_t *set, pl_received_t *out, pl_payload_t *payload) {
+    if (payload == NULL) return PL_ERR_INVALID_ARG;
+    *payload = (pl_payload_t){ 0 };
+    return pl_port_set_receive_looking(set, out, NULL, 0, payload, 0, false);
 }

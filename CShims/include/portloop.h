@@ -546,6 +546,18 @@ pl_status_t pl_port_set_receive(pl_port_set_t *set, pl_received_t *out, void *bu
 pl_status_t pl_port_set_receive_queued(pl_port_set_t *set, pl_received_t *out, void *buffer, size_t capacity);
 
 /**
+ * pl_port_set_receive, handing the payload memory over rather than copying it into a buffer (mach_msg on a port
+ * set, receiving out-of-line memory), as pl_port_receive_payload does for one port. The caller frees it with
+ * pl_payload_free; a descriptor reported (out->kind PL_RECEIVED_FD) comes with an empty payload. Never
+ * PL_ERR_TOO_LARGE; PL_ERR_NO_MEMORY when a copy cannot be allocated (the message stays queued).
+ */
+pl_status_t pl_port_set_receive_payload(pl_port_set_t *set, pl_received_t *out, pl_payload_t *payload,
+                                        int64_t timeout_ns);
+
+/** pl_port_set_receive_queued, handing the payload memory over as pl_port_set_receive_payload does. */
+pl_status_t pl_port_set_receive_queued_payload(pl_port_set_t *set, pl_received_t *out, pl_payload_t *payload);
+
+/**
  * Takes, without waiting, up to max messages already queued on the set's next ready port (no Mach
  * equivalent: a batch of mach_msg receives). Their payloads are packed into buffer, each at outs[i].offset
  * (8-byte aligned). One lock round on the set and one on the port serve the whole batch, where a receive per

@@ -56,6 +56,9 @@
  *                            its connection's ring, into a port of a set (queue limit 1024) that this process
  *                            receives from: each in order, no receive slow enough to have slept on a ready port
  *                            until its deadline, no sender left waiting on a ring that had room
+ *   payload_cache            large payload memory kept for reuse: a buffer comes back only for a size it fits
+ *                            (at least half its capacity), no more are kept than the bounds allow, and four
+ *                            threads taking and giving at once never get one buffer twice
  *
  * Payloads are small (inline, <= 48 bytes) and large (heap) and carry a pattern derived from the message
  * id, checked on receipt.
@@ -2471,6 +2474,75 @@ static void ring_stream_to_set_body(void) {
 
 static void scenario_ring_stream_to_set(void) { run_in_own_process(ring_stream_to_set_body); }
 
+/* ---- payload_cache ------------------------------------------------------------------------------ */
+
+/* Takes and gives buffers of 64 KiB to 256 KiB, marking both ends with its own byte and checking them after a
+ * yield: a buffer handed to two threads at once would show the other's mark. */
+static void *payload_cache_churn(void *arg) {
+    unsigned char mark = (unsigned char)(uintptr_t)arg;
+    uint64_t state = 0x9e3779b97f4a7c15ull * (mark + 1u);
+    for (int i = 0; i < 5000; i++) {
+        size_t size = PL_PAYLOAD_CACHE_MIN + rnd(&state) % (192u << 10);
+        unsigned char *bytes = pl_payload_cache_take(size);
+        CHECK(bytes != NULL);
+        if (bytes == NULL) return NULL;
+        memset(bytes, mark, 64);
+        memset(bytes + size - 64, mark, 64);
+        sched_yield();
+        for (size_t j = 0; j < 64; j++) {
+            if (bytes[j] != mark || bytes[size - 64 + j] != mark) {
+                CHECK(!"a cached buffer was handed to two threads");
+                break;
+            }
+        }
+        pl_payload_cache_give(bytes);
+    }
+    return NULL;
+}
+
+static void scenario_payload_cache(void) {
+    /* A buffer given back is taken again for a size it fits, at least half its capacity... */
+    void *a = pl_payload_cache_take(1u << 20);
+    CHECK(a != NULL);
+    pl_payload_cache_give(a);
+    void *b = pl_payload_cache_take((1u << 20) - 4096);
+    CHECK(b == a);
+    pl_payload_cache_give(b);
+    /* ...never for a size below half of it or above it, and memory taken may go back with free(). */
+    void *smaller = pl_payload_cache_take(400u << 10);
+    void *larger = pl_payload_cache_take((1u << 20) + (64u << 10));
+    CHECK(smaller != NULL && smaller != a && larger != NULL && larger != a);
+    free(smaller);
+    free(larger);
+    void *again = pl_payload_cache_take(1u << 20);
+    CHECK(again == a);
+    free(again);
+
+    /* Bounded: of 32 buffers of 512 KiB given back, no more come back than the bounds allow. */
+    enum { MANY = 32 };
+    void *many[MANY], *back[MANY];
+    for (int i = 0; i < MANY; i++) {
+        many[i] = pl_payload_cache_take(512u << 10);
+        CHECK(many[i] != NULL);
+    }
+    for (int i = 0; i < MANY; i++) pl_payload_cache_give(many[i]);
+    unsigned reused = 0;
+    for (int i = 0; i < MANY; i++) {
+        back[i] = pl_payload_cache_take(512u << 10);
+        for (int j = 0; j < MANY; j++) {
+            if (back[i] == many[j]) { reused++; break; }
+        }
+    }
+    CHECK(reused >= 1 && reused <= PL_PAYLOAD_CACHE_ENTRIES);
+    CHECK((size_t)reused * (512u << 10) <= PL_PAYLOAD_CACHE_BYTES);
+    for (int i = 0; i < MANY; i++) free(back[i]);
+
+    /* Four threads at once. */
+    pthread_t threads[4];
+    for (uintptr_t i = 0; i < 4; i++) CHECK(pthread_create(&threads[i], NULL, payload_cache_churn, (void *)(i + 1)) == 0);
+    for (int i = 0; i < 4; i++) pthread_join(threads[i], NULL);
+}
+
 int main(int argc, char **argv) {
     bool verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     setvbuf(stdout, NULL, _IOLBF, 0); /* the summary must survive LeakSanitizer's exit */
@@ -2502,6 +2574,7 @@ int main(int argc, char **argv) {
         { "ring_stuck_bell", scenario_ring_stuck_bell },
         { "ring_fork_stream", scenario_ring_fork_stream },
         { "ring_stream_to_set", scenario_ring_stream_to_set },
+        { "payload_cache", scenario_payload_cache },
     };
     int passed = 0, failed = 0;
     int64_t start = now_ns();

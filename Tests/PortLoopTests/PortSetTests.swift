@@ -1,3 +1,4 @@
+import CPortLoop
 import Glibc
 import PortLoop
 import Testing
@@ -210,6 +211,55 @@ struct PortSetTests {
 
 @Suite("Port sets, receiving into a buffer")
 struct PortSetBufferTests {
+    @Test("C layer: pl_port_set_receive_payload hands a payload's memory over, copies an inline one, and reports a descriptor with none")
+    func receivePayloadFromSet() throws {
+        var rawPort: OpaquePointer?
+        #expect(pl_port_create(8, 1 << 20, &rawPort) == PL_OK)
+        let port = try #require(rawPort)
+        var rawSet: OpaquePointer?
+        #expect(pl_port_set_create(&rawSet) == PL_OK)
+        let set = try #require(rawSet)
+        #expect(pl_port_set_insert(set, port) == PL_OK)
+
+        // A payload handed over at the send comes back as the same memory.
+        var sent = pl_payload_t()
+        #expect(pl_payload_allocate(300_000, &sent) == PL_OK)
+        let sentBase = sent.base
+        memset(sent.base, 0x5a, 300_000)
+        #expect(pl_port_send_payload(port, 1, &sent, nil, 0) == PL_OK)
+        #expect(pl_port_send(port, 2, [UInt8](repeating: 7, count: 10), 10, nil, 0) == PL_OK)
+        var header = pl_received_t()
+        var payload = pl_payload_t()
+        #expect(pl_port_set_receive_payload(set, &header, &payload, 0) == PL_OK)
+        #expect(header.id == 1 && header.size == 300_000 && payload.size == 300_000)
+        #expect(payload.base == sentBase, "no copy")
+        #expect(Array(UnsafeRawBufferPointer(start: payload.base, count: payload.size)) == [UInt8](repeating: 0x5a, count: 300_000))
+        pl_payload_free(&payload)
+        #expect(payload.base == nil)
+
+        // An inline payload is copied into memory of its own, which the caller frees the same way.
+        #expect(pl_port_set_receive_queued_payload(set, &header, &payload) == PL_OK)
+        #expect(header.id == 2 && payload.size == 10 && payload.base != nil)
+        #expect(Array(UnsafeRawBufferPointer(start: payload.base, count: payload.size)) == [UInt8](repeating: 7, count: 10))
+        pl_payload_free(&payload)
+
+        // Nothing queued: a poll times out; a readable descriptor member comes with an empty payload.
+        #expect(pl_port_set_receive_queued_payload(set, &header, &payload) == PL_ERR_TIMED_OUT)
+        var fds: [Int32] = [-1, -1]
+        #expect(pipe(&fds) == 0)
+        defer { close(fds[0]); close(fds[1]) }
+        #expect(pl_port_set_insert_fd(set, fds[0]) == PL_OK)
+        #expect(write(fds[1], "x", 1) == 1)
+        #expect(pl_port_set_receive_payload(set, &header, &payload, 5_000_000_000) == PL_OK)
+        #expect(header.kind == PL_RECEIVED_FD && header.fd == fds[0] && payload.base == nil && payload.size == 0)
+        #expect(pl_port_set_receive_payload(set, &header, nil, 0) == PL_ERR_INVALID_ARG)
+        #expect(pl_port_set_extract_fd(set, fds[0]) == PL_OK)
+
+        #expect(pl_port_set_destroy(set) == PL_OK)
+        pl_port_set_release(set)
+        #expect(pl_port_destroy(port) == PL_OK)
+    }
+
     @Test("receive(into:) copies the payload, names the port, and keeps a too-large message queued")
     func receiveIntoBuffer() throws {
         let set = try PortSet()

@@ -186,7 +186,8 @@ struct RunLoopPortSourceExactlyOnceTests {
 
     @Test("large payloads keep their bytes when a stop puts them back")
     func largePayloadsPutBack() throws {
-        // Even ids are 100,000 bytes (the loop's buffer grows for the first), odd ones 10; each byte is its id.
+        // Even ids are 100,000 bytes (larger than the loop's buffer: their memory is taken over whole, and a
+        // stop puts them back from it), odd ones 10; each byte is its id.
         @Sendable func bytes(_ id: Int32) -> [UInt8] { [UInt8](repeating: UInt8(id), count: id % 2 == 0 ? 100_000 : 10) }
         let handled = Locked([Int32]())
         let source = try RunLoopPortSource(queueLimit: 64, maxMessageSize: 100_000) { message in
@@ -202,6 +203,35 @@ struct RunLoopPortSourceExactlyOnceTests {
         })
         #expect(worker.join() == [.stopped, .timedOut])
         #expect(handled.current == Array(0..<40), "each once, in order, with its own bytes (negative: not)")
+    }
+
+    @Test("a large message taken by a sleep keeps its bytes through a nested run that takes another before it is handled")
+    func nestedRunKeepsTakenPayload() throws {
+        @Sendable func bytes(_ value: UInt8, _ count: Int) -> [UInt8] { [UInt8](repeating: value, count: count) }
+        let trace = Locked([String]())
+        let inner = try RunLoopPortSource(queueLimit: 4, maxMessageSize: 300_000) { message in
+            trace.withLock { $0.append("inner \(message.payload == bytes(2, 300_000))") }
+            return nil
+        }
+        let outer = try RunLoopPortSource(queueLimit: 4, maxMessageSize: 200_000) { message in
+            trace.withLock { $0.append("outer \(message.payload == bytes(1, 200_000))") }
+            PortRunLoop.current.stop()
+            return nil
+        }
+        try inner.makeSendRight().send(id: 2, bytes: bytes(2, 300_000), timeout: .poll)
+        try outer.makeSendRight().send(id: 1, bytes: bytes(1, 200_000), timeout: .poll)
+        let worker = TestLoopThread(setUp: { loop in
+            try loop.add(outer, mode: .default)
+            try loop.add(inner, mode: "nested")
+            // Runs after the sleep that took the outer message and before that message is handled.
+            try loop.add(RunLoopObserver(activities: .afterWaiting, repeats: false) { _, _ in
+                let result = PortRunLoop.current.run(mode: "nested", timeout: .seconds(10),
+                                                     returnAfterSourceHandled: true)
+                trace.withLock { $0.append("nested \(result)") }
+            }, mode: .default)
+        }, body: { loop in [loop.run(mode: .default, timeout: .seconds(10))] })
+        #expect(worker.join() == [.stopped])
+        #expect(trace.current == ["inner true", "nested handledSource", "outer true"])
     }
 
     @Test("a message taken with its reply port and put back keeps the reply port")

@@ -40,14 +40,15 @@ extension PortRunLoop {
     /// When a message has to be put back, so is the rest of its batch (the same port's next messages, last
     /// first so that they keep their order), and the pass ends its batching there.
     func handleMessages(_ state: LoopMode, first: pl_received_t, batch: Bool) -> Bool {
-        var handled: Bool
+        var handled = false
         var lookup: SourceLookup?
-        switch handle(state, first, payload: receiveBuffer.baseAddress, following: false, lookup: &lookup) {
+        let outcome = handle(state, first, payload: receivedPayload, following: false, lookup: &lookup)
+        switch outcome {
         case let .done(performed): handled = performed
-        case let .putBack(source):
-            putBack(first, payload: receiveBuffer.baseAddress, to: source)
-            return false
+        case let .putBack(source): putBack(first, payload: receivedPayload, to: source)
         }
+        releaseTakenPayload()
+        if case .putBack = outcome { return false }
         guard batch else { return handled }
         let messages = spareMessageBatch ?? MessageBatch()
         spareMessageBatch = nil
@@ -63,12 +64,13 @@ extension PortRunLoop {
                 // What only a look at the descriptors would find, the next sleep finds at once: a system call
                 // here would be spent for nothing on every wake-up with one message.
                 guard receive(on: state, header: &header, timeout: 0, queuedOnly: true) == PL_OK else { break }
-                switch handle(state, header, payload: receiveBuffer.baseAddress, following: true, lookup: &lookup) {
+                let outcome = handle(state, header, payload: receivedPayload, following: true, lookup: &lookup)
+                switch outcome {
                 case let .done(performed): handled = performed || handled
-                case let .putBack(source):
-                    putBack(header, payload: receiveBuffer.baseAddress, to: source)
-                    return handled
+                case let .putBack(source): putBack(header, payload: receivedPayload, to: source)
                 }
+                releaseTakenPayload()
+                if case .putBack = outcome { return handled }
                 remaining -= 1
                 continue
             }

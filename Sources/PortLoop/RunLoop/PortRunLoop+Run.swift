@@ -50,7 +50,11 @@ extension PortRunLoop {
         // hold the message that woke it, still to be performed after the callout returns (CF receives into each
         // run's stack).
         let outerBuffer = nested ? receiveBuffer : nil
-        if nested { receiveBuffer = .allocate(byteCount: Self.receiveBufferSize, alignment: 16) }
+        let outerTakenPayload = takenPayload
+        if nested {
+            receiveBuffer = .allocate(byteCount: Self.receiveBufferSize, alignment: 16)
+            takenPayload = pl_payload_t()
+        }
         let heldMainQueue = setMainQueueMember(state, servicesMainQueue(mode))
         doObservers(state, .entry)
         let result = runPasses(state, timeout: timeout, returnAfterSourceHandled: returnAfterSourceHandled)
@@ -58,6 +62,8 @@ extension PortRunLoop {
         if let outerBuffer {
             receiveBuffer.deallocate()
             receiveBuffer = outerBuffer
+            pl_payload_free(&takenPayload) // empty: each message's is freed once it is dealt with
+            takenPayload = outerTakenPayload
         }
         setMainQueueMember(state, heldMainQueue)
 
@@ -211,22 +217,30 @@ extension PortRunLoop {
     /// How often a spinning loop makes a full poll of its port set, descriptors included.
     static let spinFullPollInterval: Int64 = 20_000
 
-    /// One receive into the loop's buffer, growing it for a larger message (which stays queued meanwhile).
-    /// With `queuedOnly`, a receive without waiting that takes only what is queued already
+    /// One receive into the loop's buffer; a message larger than the buffer (which stays queued meanwhile) is
+    /// then taken with its payload memory handed over, into ``takenPayload``: a large payload already sits in
+    /// memory of its own (its sender's, or where its frames were put together), and copying it here would cost a
+    /// pass over every byte. With `queuedOnly`, a receive without waiting that takes only what is queued already
     /// (`pl_port_set_receive_queued`): no system call to look at the descriptors.
     func receive(on state: LoopMode, header: inout pl_received_t, timeout: Int64,
                  queuedOnly: Bool = false) -> pl_status_t {
         let set = state.portSet.set
-        var status = queuedOnly
+        let status = queuedOnly
             ? pl_port_set_receive_queued(set, &header, receiveBuffer.baseAddress, receiveBuffer.count)
             : pl_port_set_receive(set, &header, receiveBuffer.baseAddress, receiveBuffer.count, timeout)
-        while status == PL_ERR_TOO_LARGE {
-            let needed = Int(header.size)
-            receiveBuffer.deallocate()
-            receiveBuffer = .allocate(byteCount: max(needed, receiveBuffer.count * 2), alignment: 16)
-            status = pl_port_set_receive_queued(set, &header, receiveBuffer.baseAddress, receiveBuffer.count)
-        }
-        return status
+        guard status == PL_ERR_TOO_LARGE else { return status }
+        return pl_port_set_receive_queued_payload(set, &header, &takenPayload)
+    }
+
+    /// Where the payload of the message ``receive(on:header:timeout:queuedOnly:)`` took last is.
+    var receivedPayload: UnsafeRawPointer? {
+        if let taken = takenPayload.base { return UnsafeRawPointer(taken) }
+        return UnsafeRawPointer(receiveBuffer.baseAddress)
+    }
+
+    /// Frees the payload memory taken for the last received message, once it has been handled or put back.
+    func releaseTakenPayload() {
+        if takenPayload.base != nil { pl_payload_free(&takenPayload) }
     }
 
     /// Fires the mode's timers that are due, in fire-date order (`__CFRunLoopDoTimers`): those due and

@@ -81,8 +81,13 @@ public final class PortRunLoop: @unchecked Sendable {
     /// The receive buffer of the loop's innermost run (a nested run has its own while it lasts); touched only by
     /// the loop's thread.
     var receiveBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: receiveBufferSize, alignment: 16)
-    /// A receive buffer's first size; it grows for a larger message.
+    /// A receive buffer's size. A larger message is not copied into one: its payload memory is handed over whole
+    /// (``takenPayload``), so the buffer never grows.
     static let receiveBufferSize = 4096
+    /// The payload memory of the message the innermost run received last, when it was larger than the receive
+    /// buffer (empty otherwise): the memory the message came in, with no copy (`pl_port_set_receive_payload`).
+    /// Freed once the message is handled or put back; loop's thread only.
+    var takenPayload = pl_payload_t()
     /// The batch storage ``handleMessages`` lends itself while it runs; loop's thread only.
     var spareMessageBatch: MessageBatch?
     /// libdispatch's main-queue eventfd once looked up, and the main-queue servicing state; main thread only.
@@ -106,7 +111,10 @@ public final class PortRunLoop: @unchecked Sendable {
         _ = try? lock.withLock { () throws(RunLoopError) in try modeLocked(.default) }
     }
 
-    deinit { receiveBuffer.deallocate() }
+    deinit {
+        receiveBuffer.deallocate()
+        pl_payload_free(&takenPayload)
+    }
 
     /// The calling thread's run loop, created on first use (`CFRunLoopGetCurrent`).
     public static var current: PortRunLoop { LoopRegistry.current() }
