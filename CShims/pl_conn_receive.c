@@ -240,7 +240,10 @@ static bool pl_receive_message(pl_conn_t *conn, const pl_wire_frame_t *frame, in
         *reason = "message: a fragment that does not continue the message in progress";
         return false;
     }
-    if (m->byte_count > 0) memcpy(conn->rx.bytes + m->offset, m->bytes, m->byte_count);
+    /* A fragment read straight into the buffer (pl_conn_read_socket) is there already: it continues the message,
+     * so its bytes start where the read put them. */
+    uint8_t *to = conn->rx.bytes + m->offset;
+    if (m->byte_count > 0 && to != conn->rx.in_place) memcpy(to, m->bytes, m->byte_count);
     conn->rx.received = m->offset + m->byte_count;
     if (m->credit_count > 0) pl_proxy_credit(conn, m->credit_handle, m->credit_count);
     if (more) return true;
@@ -403,6 +406,46 @@ static void pl_close_packets_fds(struct mmsghdr *batch, int from, int to) {
     }
 }
 
+/* Lays out the read of packet slot `k` of a batch (iov: three entries). While a message comes in fragments, its
+ * next ones are expected: each packet's head goes to its slot and its bytes straight to where they belong in the
+ * reassembly buffer, the rest (if the packet is something else) to the slot after them; pl_fragment_landed says
+ * which it was. Otherwise the whole slot takes the packet. Returns the bytes expected in place (0: none). */
+static uint32_t pl_fragment_scatter(const pl_conn_t *conn, uint8_t *slot, int k, struct iovec *iov, int *count) {
+    uint32_t room = pl_wire_next_fragment_room();
+    uint64_t at = (uint64_t)conn->rx.received + (uint64_t)k * room;
+    if (!conn->rx.active || conn->rx.bytes == NULL || conn->rx.mapped || at >= conn->rx.total) {
+        iov[0] = (struct iovec){ .iov_base = slot, .iov_len = PL_WIRE_MAX_FRAME };
+        *count = 1;
+        return 0;
+    }
+    uint32_t chunk = conn->rx.total - (uint32_t)at < room ? conn->rx.total - (uint32_t)at : room;
+    iov[0] = (struct iovec){ .iov_base = slot, .iov_len = PL_WIRE_FRAGMENT_HEAD };
+    iov[1] = (struct iovec){ .iov_base = conn->rx.bytes + at, .iov_len = chunk };
+    iov[2] = (struct iovec){ .iov_base = slot + PL_WIRE_FRAGMENT_HEAD + chunk,
+                             .iov_len = PL_WIRE_MAX_FRAME - PL_WIRE_FRAGMENT_HEAD - chunk };
+    *count = 3;
+    return chunk;
+}
+
+/* Whether a packet read by pl_fragment_scatter is the fragment expected in place: as long as expected, and saying
+ * it is a later fragment at the offset expected. Anything else is put back together in its slot, its bytes copied
+ * back from the reassembly buffer (from beyond what was received, so nothing there is lost). A packet that only
+ * says so is still decoded and checked: a fragment that does not continue the message in progress ends the
+ * connection, as it would have anyway. */
+static bool pl_fragment_landed(const pl_conn_t *conn, uint8_t *slot, size_t length, const struct iovec *iov,
+                               uint32_t chunk) {
+    uint32_t offset;
+    if (length == PL_WIRE_FRAGMENT_HEAD + chunk && pl_wire_fragment_head(slot, length, &offset) &&
+        (uint8_t *)iov[1].iov_base == conn->rx.bytes + offset) {
+        return true;
+    }
+    if (length > PL_WIRE_FRAGMENT_HEAD) {
+        size_t moved = length - PL_WIRE_FRAGMENT_HEAD < chunk ? length - PL_WIRE_FRAGMENT_HEAD : chunk;
+        memcpy(slot + PL_WIRE_FRAGMENT_HEAD, iov[1].iov_base, moved);
+    }
+    return false;
+}
+
 pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budget, int batch_size, const char **why,
                                      int *taken) {
     *taken = 0;
@@ -414,11 +457,14 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
             char bytes[PL_CMSG_SPACE];
             struct cmsghdr align;
         } control[PL_READ_BATCH];
-        struct iovec iov[PL_READ_BATCH];
+        struct iovec iov[PL_READ_BATCH][3];
+        uint32_t in_place[PL_READ_BATCH];
         struct mmsghdr batch[PL_READ_BATCH];
         for (int k = 0; k < batch_size; k++) {
-            iov[k] = (struct iovec){ .iov_base = buffer + (size_t)k * PL_WIRE_MAX_FRAME, .iov_len = PL_WIRE_MAX_FRAME };
-            batch[k].msg_hdr = (struct msghdr){ .msg_iov = &iov[k], .msg_iovlen = 1, .msg_control = control[k].bytes,
+            int count;
+            in_place[k] = pl_fragment_scatter(conn, buffer + (size_t)k * PL_WIRE_MAX_FRAME, k, iov[k], &count);
+            batch[k].msg_hdr = (struct msghdr){ .msg_iov = iov[k], .msg_iovlen = (size_t)count,
+                                                .msg_control = control[k].bytes,
                                                 .msg_controllen = sizeof control[k].bytes };
             batch[k].msg_len = 0;
         }
@@ -444,11 +490,18 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
             /* Behind the frame that switched to the ring in this batch: the peer sent this packet behind a mark,
              * which is in the ring already (it puts a mark before it sends), so the ring's packets ahead of the mark
              * go first. The switch frame's buffer, handled, holds them. */
-            if (!by_ring && conn->ring_reading && !pl_conn_ring_take_to_mark(conn, iov[k - 1].iov_base, why)) {
+            uint8_t *slot = buffer + (size_t)k * PL_WIRE_MAX_FRAME;
+            if (!by_ring && conn->ring_reading &&
+                !pl_conn_ring_take_to_mark(conn, buffer + (size_t)(k - 1) * PL_WIRE_MAX_FRAME, why)) {
                 pl_close_packets_fds(batch, k, n);
                 return PL_READ_ENDED;
             }
-            if (!pl_handle_packet(conn, iov[k].iov_base, batch[k].msg_len, &batch[k].msg_hdr, why)) {
+            if (in_place[k] > 0 && pl_fragment_landed(conn, slot, batch[k].msg_len, iov[k], in_place[k])) {
+                conn->rx.in_place = iov[k][1].iov_base;
+            }
+            bool handled = pl_handle_packet(conn, slot, batch[k].msg_len, &batch[k].msg_hdr, why);
+            conn->rx.in_place = NULL;
+            if (!handled) {
                 pl_close_packets_fds(batch, k + 1, n); /* packets after the fatal one */
                 return PL_READ_ENDED;
             }

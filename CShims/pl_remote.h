@@ -239,6 +239,7 @@ struct pl_conn {
         bool reply_once;      /* reply is a send-once right */
         bool once;            /* the message came through a send-once right (PL_FRAME_ONCE) */
         pl_attachments_t *attachments;
+        const uint8_t *in_place; /* where the packet being handled already put its bytes, if a fragment's (or NULL) */
     } rx;
 };
 

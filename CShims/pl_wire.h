@@ -189,8 +189,15 @@ size_t pl_wire_encode_message_head(uint8_t *out, uint8_t flags, const pl_wire_me
 static inline uint32_t pl_wire_first_fragment_room(uint32_t attachment_count) {
     return PL_WIRE_MAX_FRAME - PL_WIRE_MESSAGE_FIXED - PL_WIRE_RIGHT_SIZE * (1u + attachment_count);
 }
+/* The head of a fragment after a message's first: the fixed fields and an empty reply right, no attachment. */
+#define PL_WIRE_FRAGMENT_HEAD (PL_WIRE_MESSAGE_FIXED + PL_WIRE_RIGHT_SIZE)
 static inline uint32_t pl_wire_next_fragment_room(void) {
-    return PL_WIRE_MAX_FRAME - PL_WIRE_MESSAGE_FIXED - PL_WIRE_RIGHT_SIZE;
+    return PL_WIRE_MAX_FRAME - PL_WIRE_FRAGMENT_HEAD;
 }
+
+/* Whether a packet of `length` bytes that starts with `head` (PL_WIRE_FRAGMENT_HEAD bytes) says it is a later
+ * fragment of a message: a MESSAGE frame of that length, at an offset past 0, with no attachment and no
+ * descriptor. Its offset goes to *offset. What it says only: pl_wire_decode checks the frame. */
+bool pl_wire_fragment_head(const uint8_t *head, size_t length, uint32_t *offset);
 
 #endif /* PL_WIRE_H */

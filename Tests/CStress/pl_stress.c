@@ -56,6 +56,11 @@
  *                            its connection's ring, into a port of a set (queue limit 1024) that this process
  *                            receives from: each in order, no receive slow enough to have slept on a ready port
  *                            until its deadline, no sender left waiting on a ring that had room
+ *   fragments_in_place       a connection driven by hand with a message of four fragments: later fragments are
+ *                            read straight into the reassembly buffer, one packet or a batch at a time; a control
+ *                            frame between fragments, a last fragment packed with another message, and a fragment
+ *                            that skips ahead are put back together in the packet buffer and handled as what they
+ *                            are (the last one ends the connection); the bytes arrive intact
  *   payload_cache            large payload memory kept for reuse: a buffer comes back only for a size it fits
  *                            (at least half its capacity), no more are kept than the bounds allow, and four
  *                            threads taking and giving at once never get one buffer twice
@@ -2474,6 +2479,136 @@ static void ring_stream_to_set_body(void) {
 
 static void scenario_ring_stream_to_set(void) { run_in_own_process(ring_stream_to_set_body); }
 
+/* ---- fragments_in_place ------------------------------------------------------------------------- */
+
+#define FRAGMENTED_SIZE 200000u /* four fragments: three full, the last 3,548 bytes */
+
+static uint8_t fragmented_byte(uint32_t i) { return (uint8_t)(i * 131u + (i >> 8)); }
+
+/* A connection as a service's is after the client's hello (version 4), its port exported as handle 1 with two
+ * credits lent; the peer is the other end of a socketpair. */
+typedef struct hand_conn {
+    int pair[2];
+    pl_conn_t *conn;
+    pl_port_t *port;
+    pl_service_t service;
+    uint8_t *buffer; /* the reader's: PL_READ_BATCH frames */
+} hand_conn_t;
+
+static void hand_conn_open(hand_conn_t *h) {
+    memset(h, 0, sizeof *h);
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, h->pair) == 0);
+    h->conn = pl_conn_new(h->pair[0], true);
+    CHECK(h->conn != NULL);
+    CHECK_OK(pl_port_create(4, 1u << 20, &h->port));
+    h->service = (pl_service_t){ .listen_fd = -1, .lock_fd = -1, .port = h->port };
+    atomic_init(&h->service.refs, 1);
+    atomic_init(&h->service.connections, 1);
+    pthread_mutex_lock(&h->conn->lock);
+    pl_wire_right_t right;
+    bool dead;
+    CHECK_OK(pl_conn_export_locked(h->conn, h->port, &right, &dead));
+    CHECK(right.handle == 1);
+    h->conn->service = &h->service;
+    h->conn->welcomed = true;
+    pthread_mutex_unlock(&h->conn->lock);
+    h->buffer = malloc((size_t)PL_READ_BATCH * PL_WIRE_MAX_FRAME);
+    CHECK(h->buffer != NULL);
+    uint8_t hello[PL_WIRE_HELLO_SIZE];
+    size_t length = pl_wire_encode_hello(hello, PL_WIRE_VERSION, 0, (pl_wire_right_t){ 0 });
+    CHECK(send(h->pair[1], hello, length, 0) == (ssize_t)length);
+}
+
+static void hand_conn_close(hand_conn_t *h) {
+    pl_conn_teardown(h->conn, "done");
+    h->conn->service = NULL;
+    pl_received_t out;
+    while (pl_port_receive(h->port, &out, NULL, 0, 0) == PL_ERR_TOO_LARGE) {
+        pl_payload_t payload;
+        if (pl_port_receive_payload(h->port, &out, &payload, 0) == PL_OK) pl_payload_free(&payload);
+    }
+    pl_port_destroy(h->port);
+    close(h->pair[1]);
+    pl_conn_release(h->conn);
+    free(h->buffer);
+}
+
+/* Sends one packet: frames back to back, as a peer that packs does. */
+static void hand_send(hand_conn_t *h, const uint8_t *packet, size_t length) {
+    CHECK(send(h->pair[1], packet, length, 0) == (ssize_t)length);
+}
+
+/* Appends a MESSAGE frame for handle 1 (the fragment of `total` bytes at `offset`, `count` of them) to `out`. */
+static size_t hand_fragment(uint8_t *out, int32_t id, uint32_t total, uint32_t offset, uint32_t count, bool more) {
+    pl_wire_message_t m = { .dest = 1, .id = id, .total_size = total, .offset = offset };
+    size_t head = pl_wire_encode_message_head(out, more ? PL_FRAME_MORE : 0, &m, NULL, count);
+    for (uint32_t i = 0; i < count; i++) out[head + i] = fragmented_byte(offset + i);
+    return head + count;
+}
+
+/* Reads what the socket holds, `batch` packets a system call; returns the last result. */
+static pl_read_result_t hand_read(hand_conn_t *h, int batch, const char **why) {
+    int taken;
+    pl_read_result_t result;
+    do {
+        result = pl_conn_read_socket(h->conn, h->buffer, PL_READ_BATCH, batch, why, &taken);
+    } while (result == PL_READ_MORE);
+    return result;
+}
+
+/* Receives message `id` from the port and checks its size and bytes. */
+static void hand_expect(hand_conn_t *h, int32_t id, uint32_t size) {
+    pl_received_t out;
+    pl_payload_t payload;
+    CHECK_OK(pl_port_receive_payload(h->port, &out, &payload, 0));
+    CHECK(out.id == id && out.size == size && payload.size == size);
+    bool intact = true;
+    for (uint32_t i = 0; i < size && intact; i++) intact = ((uint8_t *)payload.base)[i] == fragmented_byte(i);
+    CHECK(intact);
+    pl_payload_free(&payload);
+}
+
+static void fragments_in_place_run(int batch) {
+    hand_conn_t h;
+    hand_conn_open(&h);
+    const char *why = NULL;
+    uint8_t *packet = malloc(2 * PL_WIRE_MAX_FRAME);
+    CHECK(packet != NULL);
+    uint32_t first = pl_wire_first_fragment_room(0), room = pl_wire_next_fragment_room();
+
+    /* The hello and the first fragment, read before the rest is sent: the message is in progress. */
+    hand_send(&h, packet, hand_fragment(packet, 7, FRAGMENTED_SIZE, 0, first, true));
+    CHECK(hand_read(&h, batch, &why) == PL_READ_DRAINED);
+    /* Two full fragments (read in place, in one batch or one by one), a control frame between fragments, and the
+     * last fragment packed with a small whole message. */
+    uint32_t offset = first;
+    for (int i = 0; i < 2; i++, offset += room) hand_send(&h, packet, hand_fragment(packet, 7, FRAGMENTED_SIZE, offset, room, true));
+    size_t length = pl_wire_encode_control(packet, PL_FRAME_WANT, 1, 0, 0);
+    hand_send(&h, packet, length);
+    length = hand_fragment(packet, 7, FRAGMENTED_SIZE, offset, FRAGMENTED_SIZE - offset, false);
+    length += hand_fragment(packet + length, 8, 40, 0, 40, false);
+    hand_send(&h, packet, length);
+    CHECK(hand_read(&h, batch, &why) == PL_READ_DRAINED);
+    hand_expect(&h, 7, FRAGMENTED_SIZE);
+    hand_expect(&h, 8, 40);
+    hand_conn_close(&h);
+
+    /* A later fragment that skips ahead to where the next one would go: refused, the connection ends. */
+    hand_conn_open(&h);
+    hand_send(&h, packet, hand_fragment(packet, 9, FRAGMENTED_SIZE, 0, first, true));
+    CHECK(hand_read(&h, batch, &why) == PL_READ_DRAINED);
+    hand_send(&h, packet, hand_fragment(packet, 9, FRAGMENTED_SIZE, first + room, room, true));
+    CHECK(hand_read(&h, batch, &why) == PL_READ_ENDED);
+    CHECK(why != NULL && strstr(why, "does not continue") != NULL);
+    hand_conn_close(&h);
+    free(packet);
+}
+
+static void scenario_fragments_in_place(void) {
+    fragments_in_place_run(1);
+    fragments_in_place_run(PL_READ_BATCH);
+}
+
 /* ---- payload_cache ------------------------------------------------------------------------------ */
 
 /* Takes and gives buffers of 64 KiB to 256 KiB, marking both ends with its own byte and checking them after a
@@ -2574,6 +2709,7 @@ int main(int argc, char **argv) {
         { "ring_stuck_bell", scenario_ring_stuck_bell },
         { "ring_fork_stream", scenario_ring_fork_stream },
         { "ring_stream_to_set", scenario_ring_stream_to_set },
+        { "fragments_in_place", scenario_fragments_in_place },
         { "payload_cache", scenario_payload_cache },
     };
     int passed = 0, failed = 0;
