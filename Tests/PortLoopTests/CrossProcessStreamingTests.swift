@@ -35,10 +35,16 @@ struct CrossProcessStreamingTests {
         sender.tell("go")
         let inOrder = receiveInOrder(port, from: sender.pid, count: count)
         #expect(inOrder == count, "in order up to \(inOrder) of \(count)")
+        let streaks = sender.line(startingWith: "streaks ").flatMap { Int($0.dropFirst("streaks ".count)) }
         #expect(sender.finish() == 0)
-        // The child sends from a tight loop: after its first few messages, it is streaming.
+        // The child sends from a tight loop, so it streams: some runs of 8 sends came within 2 µs of each other,
+        // and frames that follow such a run wait to be packed. Unless every send took longer than that (under
+        // ThreadSanitizer, or on a busy machine): then nothing was held back to be packed, and nothing need be.
         let packed = CrossProcessStatistics.current.packedFramesReceived - packedBefore
-        #expect(packed > 0, "no frame came packed")
+        #expect(streaks != nil, "\(sender.allLines)")
+        if let streaks, streaks > 0 {
+            #expect(packed > 0, "no frame came packed, after \(streaks) streaks of quick sends")
+        }
         #expect(throws: PortError.timedOut) { try port.receive(timeout: .poll) }
     }
 
