@@ -27,8 +27,8 @@
 //       prints `sent N` and exits at once through exit(), which sends what the library still holds (waiting for
 //       room in the socket, or packed); with --exit-now it calls _exit() right after its last send instead. --pack:
 //       PortNamespace.packsStreams is set first, and before `sent N` it prints `streaks K`: how many times 8 sends
-//       in a row each began within 2 µs of the previous one's return, the pace from which the library counts a
-//       sender as streaming (a ThreadSanitizer build, or a busy machine, may never reach it).
+//       in a row each returned within 2 µs of the previous one's start, a pace at which the library surely counts
+//       the sender as streaming (a ThreadSanitizer build, or a busy machine, may never reach it).
 //   flood DIR NAME COUNT
 //       looks NAME up and sends COUNT messages id 1 whose replies go to a port of its own that it never reads.
 //   hold DIR NAME
@@ -329,10 +329,11 @@ case "stream":
     }
     say("ready \(pid)")
     _ = readLine()
-    // The gaps between sends, measured around each call: the library's own gap (from the end of one put to the
-    // start of the next, inside the call) is shorter, so 8 quick gaps here mean the library saw a streak too.
+    // The library counts a send as quick when it begins within 2 µs of the end of the previous one, both inside
+    // the calls; both lie between the previous call's start and this call's return, so when that span is under
+    // 2 µs, the library saw a quick send too. 8 of them in a row are a streak.
     var streaks = 0, quick = 0
-    var lastReturn: Int64?
+    var previousStart: Int64?
     func now() -> Int64 {
         var time = timespec()
         clock_gettime(CLOCK_MONOTONIC, &time)
@@ -341,15 +342,15 @@ case "stream":
     payloads.withUnsafeBytes { all in
         for seq in 0..<count {
             let start = now()
-            quick = lastReturn.map { start - $0 < 2_000 } ?? false ? quick + 1 : 0
-            if quick == 8 { streaks += 1; quick = 0 }
             do {
                 try service.send(id: 8, payload: UnsafeRawBufferPointer(rebasing: all[seq * size..<(seq + 1) * size]),
                                  timeout: .forever)
             } catch {
                 fail("send \(seq): \(error)")
             }
-            lastReturn = now()
+            quick = previousStart.map { now() - $0 < 2_000 } ?? false ? quick + 1 : 0
+            if quick == 8 { streaks += 1; quick = 0 }
+            previousStart = start
         }
     }
     if options.contains("--exit-now") { _exit(0) } // at once: not even the lines below

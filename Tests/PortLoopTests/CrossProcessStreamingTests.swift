@@ -37,9 +37,9 @@ struct CrossProcessStreamingTests {
         #expect(inOrder == count, "in order up to \(inOrder) of \(count)")
         let streaks = sender.line(startingWith: "streaks ").flatMap { Int($0.dropFirst("streaks ".count)) }
         #expect(sender.finish() == 0)
-        // The child sends from a tight loop, so it streams: some runs of 8 sends came within 2 µs of each other,
-        // and frames that follow such a run wait to be packed. Unless every send took longer than that (under
-        // ThreadSanitizer, or on a busy machine): then nothing was held back to be packed, and nothing need be.
+        // The child sends from a tight loop, so it streams: it had runs of 8 sends each within 2 µs of the one
+        // before, after which frames wait to be packed. Unless its sends were slower than that (under
+        // ThreadSanitizer, or on a busy machine): then nothing need have been held back to be packed.
         let packed = CrossProcessStatistics.current.packedFramesReceived - packedBefore
         #expect(streaks != nil, "\(sender.allLines)")
         if let streaks, streaks > 0 {
