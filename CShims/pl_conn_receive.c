@@ -199,6 +199,7 @@ static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, bool more, 
     conn->rx.id = m->id;
     conn->rx.total = m->total_size;
     conn->rx.received = 0;
+    conn->rx.serial++;
     if (m->out_of_line) {
         /* Checked before it is mapped: a memfd with every seal, of the declared size (within the port's maximum,
          * checked above), so that the sender can neither change the bytes nor shrink them under the mapping. */
@@ -406,17 +407,26 @@ static void pl_close_packets_fds(struct mmsghdr *batch, int from, int to) {
     }
 }
 
+/* Where packet slot `k` of a batch was read to, while a message comes in fragments: its head into the slot, its
+ * bytes straight to `at` in the message being put together (`serial` names that message). */
+typedef struct pl_fragment_read {
+    uint32_t chunk;  /* bytes expected in place; 0: the whole packet went to the slot */
+    uint32_t at;     /* their offset in the message */
+    uint64_t serial; /* conn->rx.serial of that message */
+} pl_fragment_read_t;
+
 /* Lays out the read of packet slot `k` of a batch (iov: three entries). While a message comes in fragments, its
  * next ones are expected: each packet's head goes to its slot and its bytes straight to where they belong in the
  * reassembly buffer, the rest (if the packet is something else) to the slot after them; pl_fragment_landed says
- * which it was. Otherwise the whole slot takes the packet. Returns the bytes expected in place (0: none). */
-static uint32_t pl_fragment_scatter(const pl_conn_t *conn, uint8_t *slot, int k, struct iovec *iov, int *count) {
+ * which it was. Otherwise the whole slot takes the packet. */
+static pl_fragment_read_t pl_fragment_scatter(const pl_conn_t *conn, uint8_t *slot, int k, struct iovec *iov,
+                                              int *count) {
     uint32_t room = pl_wire_next_fragment_room();
     uint64_t at = (uint64_t)conn->rx.received + (uint64_t)k * room;
     if (!conn->rx.active || conn->rx.bytes == NULL || conn->rx.mapped || at >= conn->rx.total) {
         iov[0] = (struct iovec){ .iov_base = slot, .iov_len = PL_WIRE_MAX_FRAME };
         *count = 1;
-        return 0;
+        return (pl_fragment_read_t){ 0 };
     }
     uint32_t chunk = conn->rx.total - (uint32_t)at < room ? conn->rx.total - (uint32_t)at : room;
     iov[0] = (struct iovec){ .iov_base = slot, .iov_len = PL_WIRE_FRAGMENT_HEAD };
@@ -424,26 +434,33 @@ static uint32_t pl_fragment_scatter(const pl_conn_t *conn, uint8_t *slot, int k,
     iov[2] = (struct iovec){ .iov_base = slot + PL_WIRE_FRAGMENT_HEAD + chunk,
                              .iov_len = PL_WIRE_MAX_FRAME - PL_WIRE_FRAGMENT_HEAD - chunk };
     *count = 3;
-    return chunk;
+    return (pl_fragment_read_t){ .chunk = chunk, .at = (uint32_t)at, .serial = conn->rx.serial };
 }
 
-/* Whether a packet read by pl_fragment_scatter is the fragment expected in place: as long as expected, and saying
- * it is a later fragment at the offset expected. Anything else is put back together in its slot, its bytes copied
- * back from the reassembly buffer (from beyond what was received, so nothing there is lost). A packet that only
- * says so is still decoded and checked: a fragment that does not continue the message in progress ends the
- * connection, as it would have anyway. */
-static bool pl_fragment_landed(const pl_conn_t *conn, uint8_t *slot, size_t length, const struct iovec *iov,
-                               uint32_t chunk) {
+/* Right after the read, before any packet of the batch is handled (handling one may complete the message and hand
+ * its memory over): whether a packet read by pl_fragment_scatter is the fragment expected in place, as long as
+ * expected and saying it is a later fragment at the offset expected. Anything else is put back together in its
+ * slot now, its bytes copied back from the reassembly buffer, from beyond what was received. A packet that only
+ * says so is still decoded and checked when handled. */
+static bool pl_fragment_landed(uint8_t *slot, size_t length, const struct iovec *iov, pl_fragment_read_t read) {
     uint32_t offset;
-    if (length == PL_WIRE_FRAGMENT_HEAD + chunk && pl_wire_fragment_head(slot, length, &offset) &&
-        (uint8_t *)iov[1].iov_base == conn->rx.bytes + offset) {
+    if (length == PL_WIRE_FRAGMENT_HEAD + read.chunk && pl_wire_fragment_head(slot, length, &offset) &&
+        offset == read.at) {
         return true;
     }
     if (length > PL_WIRE_FRAGMENT_HEAD) {
-        size_t moved = length - PL_WIRE_FRAGMENT_HEAD < chunk ? length - PL_WIRE_FRAGMENT_HEAD : chunk;
+        size_t moved = length - PL_WIRE_FRAGMENT_HEAD < read.chunk ? length - PL_WIRE_FRAGMENT_HEAD : read.chunk;
         memcpy(slot + PL_WIRE_FRAGMENT_HEAD, iov[1].iov_base, moved);
     }
     return false;
+}
+
+/* When a landed fragment's turn comes: it must still continue the same message exactly where its bytes went. The
+ * packets before it in the batch (or the ring's, after a switch to the ring in it) may have done otherwise, and
+ * then its bytes are not in the slot to be handled as a frame: only a peer that breaks the protocol gets here, and
+ * it is cut off. */
+static bool pl_fragment_still_expected(const pl_conn_t *conn, pl_fragment_read_t read) {
+    return conn->rx.active && conn->rx.serial == read.serial && conn->rx.received == read.at;
 }
 
 pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budget, int batch_size, const char **why,
@@ -458,11 +475,12 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
             struct cmsghdr align;
         } control[PL_READ_BATCH];
         struct iovec iov[PL_READ_BATCH][3];
-        uint32_t in_place[PL_READ_BATCH];
+        pl_fragment_read_t fragment[PL_READ_BATCH];
+        bool landed[PL_READ_BATCH];
         struct mmsghdr batch[PL_READ_BATCH];
         for (int k = 0; k < batch_size; k++) {
             int count;
-            in_place[k] = pl_fragment_scatter(conn, buffer + (size_t)k * PL_WIRE_MAX_FRAME, k, iov[k], &count);
+            fragment[k] = pl_fragment_scatter(conn, buffer + (size_t)k * PL_WIRE_MAX_FRAME, k, iov[k], &count);
             batch[k].msg_hdr = (struct msghdr){ .msg_iov = iov[k], .msg_iovlen = (size_t)count,
                                                 .msg_control = control[k].bytes,
                                                 .msg_controllen = sizeof control[k].bytes };
@@ -478,6 +496,10 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
         if (n < 0) {
             *why = "the connection broke";
             return PL_READ_ENDED;
+        }
+        for (int k = 0; k < n; k++) {
+            landed[k] = fragment[k].chunk > 0 &&
+                        pl_fragment_landed(buffer + (size_t)k * PL_WIRE_MAX_FRAME, batch[k].msg_len, iov[k], fragment[k]);
         }
         bool by_ring = conn->ring_reading;
         for (int k = 0; k < n; k++) {
@@ -496,8 +518,13 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
                 pl_close_packets_fds(batch, k, n);
                 return PL_READ_ENDED;
             }
-            if (in_place[k] > 0 && pl_fragment_landed(conn, slot, batch[k].msg_len, iov[k], in_place[k])) {
-                conn->rx.in_place = iov[k][1].iov_base;
+            if (landed[k]) {
+                if (!pl_fragment_still_expected(conn, fragment[k])) {
+                    *why = "message: a fragment that does not continue the message in progress";
+                    pl_close_packets_fds(batch, k, n);
+                    return PL_READ_ENDED;
+                }
+                conn->rx.in_place = conn->rx.bytes + fragment[k].at;
             }
             bool handled = pl_handle_packet(conn, slot, batch[k].msg_len, &batch[k].msg_hdr, why);
             conn->rx.in_place = NULL;

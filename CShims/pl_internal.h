@@ -11,7 +11,8 @@
 #include <stdbool.h>
 #include <time.h>
 
-/* Payloads up to this size live inside the slot; larger ones are one malloc per message. */
+/* Payloads up to this size live inside the slot; larger ones are one allocation per message (from 64 KiB up, a
+ * buffer kept for reuse when there is one: pl_payload_cache.c). */
 #define PL_INLINE_PAYLOAD PL_INLINE_PAYLOAD_SIZE
 
 /* ---- large payload memory kept for reuse (pl_payload_cache.c) ---- */
@@ -20,7 +21,8 @@
 #define PL_PAYLOAD_CACHE_ENTRIES 16u        /* buffers kept at most */
 #define PL_PAYLOAD_CACHE_BYTES (8u << 20)   /* and bytes in all */
 
-/* malloc(size), or a kept buffer of at least size and at most twice it. NULL: out of memory. */
+/* malloc(size), or a kept buffer of at least size and at most twice it, holding what it held before (for memory
+ * that is written whole before anyone reads it). NULL: out of memory. */
 void *pl_payload_cache_take(size_t size);
 /* free(bytes), or keeps the buffer for a later take. Any malloc'd memory may be given, and memory taken may be
  * freed with free() instead. */

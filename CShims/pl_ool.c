@@ -119,7 +119,7 @@ pl_status_t pl_payload_allocate(size_t size, pl_payload_t *out) {
     if (out == NULL || size > PL_MSG_SIZE_MAX) return PL_ERR_INVALID_ARG;
     *out = (pl_payload_t){ .base = NULL, .size = size, .mapped = 0 };
     if (size == 0) return PL_OK;
-    out->base = pl_payload_cache_take(size);
+    out->base = malloc(size); /* never a kept buffer: what the caller leaves unwritten must not be another message's */
     if (out->base == NULL) {
         out->size = 0;
         return PL_ERR_NO_MEMORY;

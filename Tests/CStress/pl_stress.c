@@ -2601,6 +2601,17 @@ static void fragments_in_place_run(int batch) {
     CHECK(hand_read(&h, batch, &why) == PL_READ_ENDED);
     CHECK(why != NULL && strstr(why, "does not continue") != NULL);
     hand_conn_close(&h);
+
+    /* A short middle fragment, then one where a full one would have ended: in a batch, the second was read in place
+     * where the first should have filled, and no longer continues the message when its turn comes. Refused. */
+    hand_conn_open(&h);
+    hand_send(&h, packet, hand_fragment(packet, 10, FRAGMENTED_SIZE, 0, first, true));
+    CHECK(hand_read(&h, batch, &why) == PL_READ_DRAINED);
+    hand_send(&h, packet, hand_fragment(packet, 10, FRAGMENTED_SIZE, first, 1000, true));
+    hand_send(&h, packet, hand_fragment(packet, 10, FRAGMENTED_SIZE, first + room, room, true));
+    CHECK(hand_read(&h, batch, &why) == PL_READ_ENDED);
+    CHECK(why != NULL && strstr(why, "does not continue") != NULL);
+    hand_conn_close(&h);
     free(packet);
 }
 

@@ -85,8 +85,9 @@ public final class PortRunLoop: @unchecked Sendable {
     /// (``takenPayload``), so the buffer never grows.
     static let receiveBufferSize = 4096
     /// The payload memory of the message the innermost run received last, when it was larger than the receive
-    /// buffer (empty otherwise): the memory the message came in, with no copy (`pl_port_set_receive_payload`).
-    /// Freed once the message is handled or put back; loop's thread only.
+    /// buffer (empty otherwise): the memory the message came in, handed over (`pl_port_set_receive_queued_payload`),
+    /// from which the handler's array is the one copy. Freed once the message is handled or put back; loop's thread
+    /// only.
     var takenPayload = pl_payload_t()
     /// The batch storage ``handleMessages`` lends itself while it runs; loop's thread only.
     var spareMessageBatch: MessageBatch?
