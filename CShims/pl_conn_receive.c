@@ -199,7 +199,7 @@ static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, bool more, 
     conn->rx.id = m->id;
     conn->rx.total = m->total_size;
     conn->rx.received = 0;
-    conn->rx.serial++;
+    conn->rx_serial++;
     if (m->out_of_line) {
         /* Checked before it is mapped: a memfd with every seal, of the declared size (within the port's maximum,
          * checked above), so that the sender can neither change the bytes nor shrink them under the mapping. */
@@ -412,7 +412,7 @@ static void pl_close_packets_fds(struct mmsghdr *batch, int from, int to) {
 typedef struct pl_fragment_read {
     uint32_t chunk;  /* bytes expected in place; 0: the whole packet went to the slot */
     uint32_t at;     /* their offset in the message */
-    uint64_t serial; /* conn->rx.serial of that message */
+    uint64_t serial; /* conn->rx_serial of that message */
 } pl_fragment_read_t;
 
 /* Lays out the read of packet slot `k` of a batch (iov: three entries). While a message comes in fragments, its
@@ -434,7 +434,7 @@ static pl_fragment_read_t pl_fragment_scatter(const pl_conn_t *conn, uint8_t *sl
     iov[2] = (struct iovec){ .iov_base = slot + PL_WIRE_FRAGMENT_HEAD + chunk,
                              .iov_len = PL_WIRE_MAX_FRAME - PL_WIRE_FRAGMENT_HEAD - chunk };
     *count = 3;
-    return (pl_fragment_read_t){ .chunk = chunk, .at = (uint32_t)at, .serial = conn->rx.serial };
+    return (pl_fragment_read_t){ .chunk = chunk, .at = (uint32_t)at, .serial = conn->rx_serial };
 }
 
 /* Right after the read, before any packet of the batch is handled (handling one may complete the message and hand
@@ -460,7 +460,7 @@ static bool pl_fragment_landed(uint8_t *slot, size_t length, const struct iovec 
  * then its bytes are not in the slot to be handled as a frame: only a peer that breaks the protocol gets here, and
  * it is cut off. */
 static bool pl_fragment_still_expected(const pl_conn_t *conn, pl_fragment_read_t read) {
-    return conn->rx.active && conn->rx.serial == read.serial && conn->rx.received == read.at;
+    return conn->rx.active && conn->rx_serial == read.serial && conn->rx.received == read.at;
 }
 
 pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budget, int batch_size, const char **why,
@@ -504,9 +504,10 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
         bool by_ring = conn->ring_reading;
         for (int k = 0; k < n; k++) {
             if (batch[k].msg_len == 0) {
-                /* The end of the stream (an empty packet is never a frame). Descriptors cannot come with it. */
+                /* The end of the stream (an empty packet is never a frame), or an empty packet that a peer sent,
+                 * perhaps with descriptors: closed with the rest. */
                 *why = "the peer closed the connection";
-                pl_close_packets_fds(batch, k + 1, n);
+                pl_close_packets_fds(batch, k, n);
                 return PL_READ_ENDED;
             }
             /* Behind the frame that switched to the ring in this batch: the peer sent this packet behind a mark,

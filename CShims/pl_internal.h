@@ -21,12 +21,14 @@
 #define PL_PAYLOAD_CACHE_ENTRIES 16u        /* buffers kept at most */
 #define PL_PAYLOAD_CACHE_BYTES (8u << 20)   /* and bytes in all */
 
-/* malloc(size), or a kept buffer of at least size and at most twice it, holding what it held before (for memory
- * that is written whole before anyone reads it). NULL: out of memory. */
+/* malloc(size), or a kept buffer of at least size and at most twice it, holding what it held before: only for
+ * memory whose every byte is written before anyone reads it. NULL: out of memory. */
 void *pl_payload_cache_take(size_t size);
 /* free(bytes), or keeps the buffer for a later take. Any malloc'd memory may be given, and memory taken may be
  * freed with free() instead. */
 void pl_payload_cache_give(void *bytes);
+/* How many buffers, and bytes, are kept (for tests). false: the lock stayed taken for a long while. */
+bool pl_payload_cache_held(uint32_t *count, size_t *bytes);
 
 /* One queued message. */
 typedef struct pl_slot {

@@ -16,6 +16,7 @@
 #include "pl_internal.h"
 
 #include <malloc.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -69,4 +70,17 @@ void pl_payload_cache_give(void *bytes) {
         if (kept) return;
     }
     free(bytes);
+}
+
+bool pl_payload_cache_held(uint32_t *count, size_t *bytes) {
+    for (int attempt = 0; attempt < 1000000; attempt++) {
+        if (pl_payload_cache_try_lock()) {
+            *count = C.count;
+            *bytes = C.bytes;
+            pl_payload_cache_unlock();
+            return true;
+        }
+        sched_yield();
+    }
+    return false;
 }

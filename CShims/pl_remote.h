@@ -240,8 +240,9 @@ struct pl_conn {
         bool once;            /* the message came through a send-once right (PL_FRAME_ONCE) */
         pl_attachments_t *attachments;
         const uint8_t *in_place; /* where the packet being handled already put its bytes, if a fragment's (or NULL) */
-        uint64_t serial;      /* counts the messages begun: a fragment read in place names the one it belongs to */
     } rx;
+    uint64_t rx_serial;       /* the reader's: messages begun (outside rx, which is cleared after each), so that a
+                               * fragment read in place names the one it belongs to */
 };
 
 /* How this side's frames go (ring_state). */
