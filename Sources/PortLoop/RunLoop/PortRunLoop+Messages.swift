@@ -40,15 +40,12 @@ extension PortRunLoop {
     /// When a message has to be put back, so is the rest of its batch (the same port's next messages, last
     /// first so that they keep their order), and the pass ends its batching there.
     func handleMessages(_ state: LoopMode, first: pl_received_t, batch: Bool) -> Bool {
-        var handled = false
+        var handled: Bool
         var lookup: SourceLookup?
-        let outcome = handle(state, first, payload: receivedPayload, following: false, lookup: &lookup)
-        switch outcome {
+        switch handleReceived(state, first, following: false, lookup: &lookup) {
         case let .done(performed): handled = performed
-        case let .putBack(source): putBack(first, payload: receivedPayload, to: source)
+        case .putBack: return false
         }
-        releaseTakenPayload()
-        if case .putBack = outcome { return false }
         guard batch else { return handled }
         let messages = spareMessageBatch ?? MessageBatch()
         spareMessageBatch = nil
@@ -64,13 +61,10 @@ extension PortRunLoop {
                 // What only a look at the descriptors would find, the next sleep finds at once: a system call
                 // here would be spent for nothing on every wake-up with one message.
                 guard receive(on: state, header: &header, timeout: 0, queuedOnly: true) == PL_OK else { break }
-                let outcome = handle(state, header, payload: receivedPayload, following: true, lookup: &lookup)
-                switch outcome {
+                switch handleReceived(state, header, following: true, lookup: &lookup) {
                 case let .done(performed): handled = performed || handled
-                case let .putBack(source): putBack(header, payload: receivedPayload, to: source)
+                case .putBack: return handled
                 }
-                releaseTakenPayload()
-                if case .putBack = outcome { return handled }
                 remaining -= 1
                 continue
             }
@@ -101,6 +95,16 @@ extension PortRunLoop {
         case done(Bool)
         /// Not taken by this run: the caller puts it back in this source's port (and takes no more).
         case putBack(RunLoopPortSource)
+    }
+
+    /// Handles the message or descriptor that ``receive(on:header:timeout:queuedOnly:)`` took last, its payload in
+    /// the receive buffer or taken over: performs it, or puts it back in its port. Then frees a taken payload.
+    private func handleReceived(_ state: LoopMode, _ header: pl_received_t, following: Bool,
+                                lookup: inout SourceLookup?) -> Outcome {
+        let outcome = handle(state, header, payload: receivedPayload, following: following, lookup: &lookup)
+        if case let .putBack(source) = outcome { putBack(header, payload: receivedPayload, to: source) }
+        releaseTakenPayload()
+        return outcome
     }
 
     /// Handles one received message or readable descriptor, unless the message must go back to its port.

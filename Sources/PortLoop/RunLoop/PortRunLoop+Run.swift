@@ -220,8 +220,9 @@ extension PortRunLoop {
     /// One receive into the loop's buffer; a message larger than the buffer (which stays queued meanwhile) is
     /// then taken with its payload memory handed over, into ``takenPayload``: a large payload already sits in
     /// memory of its own (its sender's, or where its frames were put together), and copying it here too would add
-    /// a pass over every byte to the one that makes the handler's array. With `queuedOnly`, a receive without waiting that takes only what is queued already
-    /// (`pl_port_set_receive_queued`): no system call to look at the descriptors.
+    /// a pass over every byte to the one that makes the handler's array. With `queuedOnly`, a receive without
+    /// waiting that takes only what is queued already (`pl_port_set_receive_queued`): no system call to look at
+    /// the descriptors.
     func receive(on state: LoopMode, header: inout pl_received_t, timeout: Int64,
                  queuedOnly: Bool = false) -> pl_status_t {
         let set = state.portSet.set
