@@ -104,6 +104,7 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *head, siz
         memcpy(tail->bytes + tail->length, head, head_length);
         if (body_length > 0) memcpy(tail->bytes + tail->length + head_length, body, body_length);
         tail->length += length;
+        tail->packed = true;
         tail->control_bytes += control;
         conn->out_control_bytes += control;
         return true;
@@ -119,6 +120,7 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *head, siz
     frame->fd_count = 0;
     frame->switches = false;
     frame->marked = false;
+    frame->packed = false;
     for (uint32_t i = 0; i < fd_count; i++) {
         int copy = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
         if (copy < 0) {
@@ -146,7 +148,7 @@ static bool pl_conn_send_queued_locked(pl_conn_t *conn, bool keep_tail, bool *go
         pl_out_frame_t *frame = conn->out_head;
         int sent = conn->ring_state == PL_CONN_RING_WRITING
                        ? pl_conn_ring_write_locked(conn, frame->bytes, frame->length, NULL, 0, frame->fds,
-                                                   frame->fd_count, &frame->marked)
+                                                   frame->fd_count, frame->packed, &frame->marked)
                        : pl_conn_sendmsg(conn->fd, frame->bytes, frame->length, NULL, 0, frame->fds, frame->fd_count);
         if (sent == 0) break;
         if (sent < 0) {
@@ -210,7 +212,8 @@ pl_status_t pl_conn_put_frame_parts_locked(pl_conn_t *conn, const uint8_t *head,
                      atomic_load_explicit(&conn->packs, memory_order_acquire);
     bool marked = false;
     if (conn->out_head == NULL && !streaming) {
-        int sent = ring ? pl_conn_ring_write_locked(conn, head, head_length, body, body_length, fds, fd_count, &marked)
+        int sent = ring ? pl_conn_ring_write_locked(conn, head, head_length, body, body_length, fds, fd_count, false,
+                                                    &marked)
                         : pl_conn_sendmsg(conn->fd, head, head_length, body, body_length, fds, fd_count);
         if (packing) conn->last_put_end = pl_now_ns();
         if (sent > 0) {

@@ -255,16 +255,18 @@ bool pl_conn_ring_receive(pl_conn_t *conn, const pl_wire_frame_t *frame, int *fd
 
 /* ---- writing ---------------------------------------------------------------------------------------- */
 
-/* A packet from this size up goes on the socket behind a mark, as one with descriptors does: the ring holds only a
+/* A frame from this size up goes on the socket behind a mark, as one with descriptors does: the ring holds only a
  * few of the largest, and a large message in 64 KiB fragments would make its writer wait for room, and the two
  * sides ring each other's bells, every few fragments. The socket's buffer takes several, its copy costs what the
- * ring's two do, and its system call is little beside 16 KiB of copying. */
+ * ring's two do, and its system call is little beside 16 KiB of copying. A pack of a backlog's small frames goes
+ * in the ring at any size: its frames waited for room in the ring, which its reader is emptying, and through the
+ * socket each of them would cost two more copies in the kernel. */
 #define PL_RING_SOCKET_FROM 16384u
 
 int pl_conn_ring_write_locked(pl_conn_t *conn, const uint8_t *head, size_t head_length, const uint8_t *body,
-                              size_t body_length, const int *fds, uint32_t fd_count, bool *marked) {
+                              size_t body_length, const int *fds, uint32_t fd_count, bool packed, bool *marked) {
     pl_ring_put_result_t put = PL_RING_PUT;
-    bool by_socket = fd_count > 0 || head_length + body_length >= PL_RING_SOCKET_FROM;
+    bool by_socket = fd_count > 0 || (!packed && head_length + body_length >= PL_RING_SOCKET_FROM);
     conn->socket_blocked = false;
     if (!by_socket) {
         put = pl_ring_put(conn->ring, head, head_length, body, body_length, false);

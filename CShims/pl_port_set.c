@@ -471,6 +471,11 @@ static pl_status_t pl_take_from_ready_port(pl_port_set_t *set, pl_received_t *ou
 
 pl_status_t pl_port_set_receive_batch(pl_port_set_t *set, pl_received_t *outs, uint32_t max, void *buffer,
                                       size_t capacity, uint32_t *count) {
+    return pl_port_set_receive_batch_taking(set, outs, NULL, max, buffer, capacity, count);
+}
+
+pl_status_t pl_port_set_receive_batch_taking(pl_port_set_t *set, pl_received_t *outs, pl_payload_t *takes,
+                                             uint32_t max, void *buffer, size_t capacity, uint32_t *count) {
     if (count != NULL) *count = 0;
     if (set == NULL || outs == NULL || count == NULL || max == 0) return PL_ERR_INVALID_ARG;
     if (capacity > 0 && buffer == NULL) return PL_ERR_INVALID_ARG;
@@ -521,13 +526,21 @@ next_ready_port:
         goto next_ready_port;
     }
     while (taken < max && port->count > 0) {
+        /* A payload in memory of its own is handed over (nothing to allocate, so it cannot fail); one held in the
+         * slot is copied into the buffer, if it fits. */
+        bool take = takes != NULL && port->ring[port->head].size > PL_INLINE_PAYLOAD;
         size_t offset = (used + 7) & ~(size_t)7;
-        if (offset > capacity || port->ring[port->head].size > capacity - offset) break;
+        if (!take && (offset > capacity || port->ring[port->head].size > capacity - offset)) break;
         pl_received_t *out = &outs[taken];
         memset(out, 0, sizeof *out);
-        pl_port_dequeue_locked(port, out, (char *)buffer + offset, capacity - offset, NULL);
-        out->offset = (uint32_t)offset;
-        used = offset + out->size;
+        if (take) {
+            pl_port_dequeue_locked(port, out, NULL, 0, &takes[taken]);
+        } else {
+            pl_port_dequeue_locked(port, out, (char *)buffer + offset, capacity - offset, NULL);
+            if (takes != NULL) takes[taken] = (pl_payload_t){ 0 };
+            out->offset = (uint32_t)offset;
+            used = offset + out->size;
+        }
         taken++;
         if (pl_port_take_sender_wake_locked(port)) sender_wakes++;
     }

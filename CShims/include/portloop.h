@@ -569,6 +569,15 @@ pl_status_t pl_port_set_receive_queued_payload(pl_port_set_t *set, pl_received_t
 pl_status_t pl_port_set_receive_batch(pl_port_set_t *set, pl_received_t *outs, uint32_t max, void *buffer,
                                       size_t capacity, uint32_t *count);
 
+/**
+ * pl_port_set_receive_batch, handing over the payloads held in memory of their own (those larger than
+ * PL_INLINE_PAYLOAD_SIZE) rather than copying them into buffer, as pl_port_set_receive_payload does: takes[i]
+ * holds message i's (the caller frees it with pl_payload_free), or nothing ({0}: its payload is in buffer at
+ * outs[i].offset). A batch then never stops at a payload too large for buffer, and copies each payload once less.
+ */
+pl_status_t pl_port_set_receive_batch_taking(pl_port_set_t *set, pl_received_t *outs, pl_payload_t *takes,
+                                             uint32_t max, void *buffer, size_t capacity, uint32_t *count);
+
 /** A count that changes whenever one of the set's ports joins its ready ports (no Mach equivalent). A receiver
  *  that polls in a loop reads it, without the set's lock, and receives only when it changed: its polling then
  *  leaves the lock's cache line to the senders. */

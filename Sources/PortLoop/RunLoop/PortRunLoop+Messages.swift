@@ -32,10 +32,12 @@ extension PortRunLoop {
     /// Performs the Source1 of the first message and, when batching, of up to `messageBatch - 1` more
     /// already queued. Returns whether any source was performed.
     ///
-    /// The others come in batches from one port at a time (`pl_port_set_receive_batch`: one lock round for many
-    /// messages), into a batch buffer this call owns while its callouts run: a callout that runs a nested loop
+    /// The others come in batches from one port at a time (`pl_port_set_receive_batch_taking`: one lock round
+    /// for many messages), into a batch this call owns while its callouts run: a callout that runs a nested loop
     /// must not overwrite the payloads still to be handled, so a nested call finds the spare taken and makes
-    /// its own. What a batch cannot take (a descriptor, a large message) comes through a single receive.
+    /// its own. Small payloads are copied into the batch's buffer; larger ones, in memory of their own, are taken
+    /// over, each freed once its message is dealt with. What a batch cannot take (a descriptor) comes through a
+    /// single receive.
     ///
     /// When a message has to be put back, so is the rest of its batch (the same port's next messages, last
     /// first so that they keep their order), and the pass ends its batching there.
@@ -54,9 +56,10 @@ extension PortRunLoop {
         var header = pl_received_t()
         while remaining > 0 {
             var count: UInt32 = 0
-            _ = pl_port_set_receive_batch(state.portSet.set, messages.headers.baseAddress,
-                                          UInt32(min(remaining, messages.headers.count)),
-                                          messages.payloads.baseAddress, messages.payloads.count, &count)
+            _ = pl_port_set_receive_batch_taking(state.portSet.set, messages.headers.baseAddress,
+                                                 messages.taken.baseAddress,
+                                                 UInt32(min(remaining, messages.headers.count)),
+                                                 messages.payloads.baseAddress, messages.payloads.count, &count)
             if count == 0 {
                 // What only a look at the descriptors would find, the next sleep finds at once: a system call
                 // here would be spent for nothing on every wake-up with one message.
@@ -68,18 +71,17 @@ extension PortRunLoop {
                 remaining -= 1
                 continue
             }
-            let base = messages.payloads.baseAddress!
             for index in 0..<Int(count) {
-                let received = messages.headers[index]
-                switch handle(state, received, payload: base + Int(received.offset), following: true,
-                              lookup: &lookup) {
+                switch handle(state, messages.headers[index], payload: messages.payload(at: index),
+                              following: true, lookup: &lookup) {
                 case let .done(performed):
                     handled = performed || handled
+                    messages.release(at: index)
                 case let .putBack(source):
                     // The batch's later messages came from the same port, after this one: they go back first.
                     for later in (index..<Int(count)).reversed() {
-                        let message = messages.headers[later]
-                        putBack(message, payload: base + Int(message.offset), to: source)
+                        putBack(messages.headers[later], payload: messages.payload(at: later), to: source)
+                        messages.release(at: later)
                     }
                     return handled
                 }

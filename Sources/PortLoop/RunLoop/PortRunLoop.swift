@@ -275,13 +275,28 @@ struct PendingBlock {
     }
 }
 
-/// Storage for one batch of received messages: their headers and their payloads packed together.
+/// Storage for one batch of received messages: their headers, the small payloads packed together, and the
+/// memory of the larger ones, taken over (`pl_port_set_receive_batch_taking`) and freed one by one as each
+/// message is dealt with.
 final class MessageBatch {
     let headers = UnsafeMutableBufferPointer<pl_received_t>.allocate(capacity: PortRunLoop.messageBatch)
     let payloads = UnsafeMutableRawBufferPointer.allocate(byteCount: 16_384, alignment: 16)
+    let taken = UnsafeMutableBufferPointer<pl_payload_t>.allocate(capacity: PortRunLoop.messageBatch)
+
+    /// Where message `index`'s payload is: in memory of its own, or in `payloads`.
+    func payload(at index: Int) -> UnsafeRawPointer {
+        if let base = taken[index].base { return UnsafeRawPointer(base) }
+        return UnsafeRawPointer(payloads.baseAddress! + Int(headers[index].offset))
+    }
+
+    /// Frees message `index`'s payload memory, if it was taken over.
+    func release(at index: Int) {
+        if taken[index].base != nil { pl_payload_free(&taken[index]) }
+    }
 
     deinit {
         headers.deallocate()
         payloads.deallocate()
+        taken.deallocate()
     }
 }
