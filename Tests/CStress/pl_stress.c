@@ -461,18 +461,27 @@ static void ts_handle(ts_arg_t *arg, pl_received_t *header, const unsigned char 
     atomic_fetch_add(arg->received, 1);
 }
 
-/* Odd receivers take batches (pl_port_set_receive_batch) when messages are queued, racing the others. */
+/* Receivers 1 and 2 take batches when messages are queued, racing the others: receiver 1 copies every payload
+ * (pl_port_set_receive_batch), receiver 2 takes the larger ones over (pl_port_set_receive_batch_taking). */
 static void *ts_receiver(void *raw) {
     ts_arg_t *arg = raw;
     unsigned char buffer[BIG_BUFFER];
     for (;;) {
-        if (arg->index % 2 == 1) {
+        if (arg->index == 1 || arg->index == 2) {
             pl_received_t batch[16];
+            pl_payload_t takes[16];
             uint32_t count = 0;
-            pl_status_t status = pl_port_set_receive_batch(arg->set, batch, 16, buffer, sizeof buffer, &count);
+            pl_status_t status = arg->index == 1
+                ? pl_port_set_receive_batch(arg->set, batch, 16, buffer, sizeof buffer, &count)
+                : pl_port_set_receive_batch_taking(arg->set, batch, takes, 16, buffer, 256, &count);
             if (status == PL_OK) {
                 CHECK(count >= 1 && count <= 16);
-                for (uint32_t i = 0; i < count; i++) ts_handle(arg, &batch[i], buffer + batch[i].offset);
+                for (uint32_t i = 0; i < count; i++) {
+                    bool taken = arg->index == 2 && takes[i].base != NULL;
+                    CHECK(arg->index == 1 || taken == (batch[i].size > PL_INLINE_PAYLOAD_SIZE));
+                    ts_handle(arg, &batch[i], taken ? takes[i].base : buffer + batch[i].offset);
+                    if (taken) pl_payload_free(&takes[i]);
+                }
                 continue;
             }
             if (status != PL_ERR_TIMED_OUT) { CHECK(count == 0); arg->end = status; break; }
@@ -2726,6 +2735,61 @@ static void scenario_payload_cache(void) {
     for (int i = 0; i < 4; i++) pthread_join(threads[i], NULL);
 }
 
+/* ---- batch_taking ------------------------------------------------------------------------------------ */
+/* pl_port_set_receive_batch_taking: payloads held in the slot (up to PL_INLINE_PAYLOAD_SIZE) are copied into the
+ * buffer, larger ones handed over, so that a batch goes on past a payload larger than its buffer; in order, each
+ * intact, and what is handed over is the caller's to free (ASan and valgrind count it). */
+
+static void scenario_batch_taking(void) {
+    enum { LARGE = 200000 };
+    unsigned char buffer[512];
+    pl_received_t batch[40];
+    pl_payload_t takes[40];
+    uint32_t count = 0;
+    unsigned char *large = malloc(LARGE);
+    CHECK(large != NULL);
+    for (uint32_t i = 0; i < LARGE; i++) large[i] = (unsigned char)(i * 13u + 5u);
+    for (int round = 0; round < 50; round++) {
+        pl_port_set_t *set = new_set();
+        pl_port_t *port = NULL;
+        CHECK_OK(pl_port_create(64, LARGE, &port));
+        CHECK_OK(pl_port_set_insert(set, port));
+        /* Three rounds of every size (the inline ones take about 120 bytes of buffer per round), a message larger
+         * than the whole buffer, then three more. */
+        for (int32_t id = 0; id < 27; id++) CHECK_OK(send_msg(port, id, NULL, 0));
+        CHECK_OK(pl_port_send(port, 1000, large, LARGE, NULL, 0));
+        for (int32_t id = 27; id < 30; id++) CHECK_OK(send_msg(port, id, NULL, 0));
+        /* Copying, the batch stops before the large message; taking, it goes on to the end. */
+        CHECK_OK(pl_port_set_receive_batch(set, batch, 40, buffer, sizeof buffer, &count));
+        CHECK(count >= 1 && count < 27);
+        uint32_t copied = count;
+        for (uint32_t i = 0; i < copied; i++) CHECK(batch[i].id == (int32_t)i && message_intact(&batch[i], buffer + batch[i].offset));
+        CHECK_OK(pl_port_set_receive_batch_taking(set, batch, takes, 40, buffer, sizeof buffer, &count));
+        CHECK(count == 31 - copied);
+        for (uint32_t i = 0; i < count; i++) {
+            int32_t expected = (int32_t)(copied + i) < 27 ? (int32_t)(copied + i)
+                             : (int32_t)(copied + i) == 27 ? 1000 : (int32_t)(copied + i) - 1;
+            CHECK(batch[i].id == expected);
+            bool held = batch[i].size <= PL_INLINE_PAYLOAD_SIZE;
+            CHECK(held == (takes[i].base == NULL));
+            CHECK(held || takes[i].size == batch[i].size);
+            const unsigned char *bytes = held ? buffer + batch[i].offset : takes[i].base;
+            if (expected == 1000) CHECK(batch[i].size == LARGE && memcmp(bytes, large, LARGE) == 0);
+            else CHECK(message_intact(&batch[i], bytes));
+            pl_payload_free(&takes[i]); /* nothing for a held one */
+        }
+        CHECK_STATUS(pl_port_set_receive_batch_taking(set, batch, takes, 40, buffer, sizeof buffer, &count),
+                     PL_ERR_TIMED_OUT);
+        CHECK(count == 0);
+        CHECK_STATUS(pl_port_set_receive_batch_taking(NULL, batch, takes, 4, buffer, sizeof buffer, &count),
+                     PL_ERR_INVALID_ARG);
+        CHECK_OK(pl_port_destroy(port));
+        CHECK_OK(pl_port_set_destroy(set));
+        pl_port_set_release(set);
+    }
+    free(large);
+}
+
 int main(int argc, char **argv) {
     bool verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     setvbuf(stdout, NULL, _IOLBF, 0); /* the summary must survive LeakSanitizer's exit */
@@ -2759,6 +2823,7 @@ int main(int argc, char **argv) {
         { "ring_stream_to_set", scenario_ring_stream_to_set },
         { "fragments_in_place", scenario_fragments_in_place },
         { "payload_cache", scenario_payload_cache },
+        { "batch_taking", scenario_batch_taking },
     };
     int passed = 0, failed = 0;
     int64_t start = now_ns();

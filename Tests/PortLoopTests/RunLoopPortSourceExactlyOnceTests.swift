@@ -205,6 +205,44 @@ struct RunLoopPortSourceExactlyOnceTests {
         #expect(handled.current == Array(0..<40), "each once, in order, with its own bytes (negative: not)")
     }
 
+    @Test("a batch mixing payloads copied and taken over keeps every message's bytes through a nested run and a stop")
+    func batchMixedPayloads() throws {
+        // Payloads of up to 48 bytes are held in the port's queue and copied into the batch; larger ones are
+        // taken over whole. Each byte is its message's id and position.
+        let sizes = [0, 10, 48, 49, 4_096, 70_000]
+        @Sendable func bytes(_ id: Int32) -> [UInt8] {
+            (0..<sizes[Int(id) % sizes.count]).map { UInt8(truncatingIfNeeded: Int(id) &* 31 &+ $0) }
+        }
+        let handled = Locked([Int32]())
+        let nestedHandled = Locked([Int32]())
+        let inner = try RunLoopPortSource(queueLimit: 64, maxMessageSize: 70_000) { message in
+            let intact = message.payload == bytes(message.id)
+            nestedHandled.withLock { $0.append(intact ? message.id : -1 - message.id) }
+            if message.id == 1_011 { PortRunLoop.current.stop() }
+            return nil
+        }
+        let outer = try RunLoopPortSource(queueLimit: 256, maxMessageSize: 70_000) { message in
+            let intact = message.payload == bytes(message.id)
+            handled.withLock { $0.append(intact ? message.id : -1 - message.id) }
+            // In the middle of a batch: a nested run takes batches of its own.
+            if message.id == 20 { _ = PortRunLoop.current.run(mode: "nested", timeout: .seconds(10)) }
+            if message.id == 75 { PortRunLoop.current.stop() } // the rest of the batch goes back
+            return nil
+        }
+        let outerSender = outer.makeSendRight(), innerSender = inner.makeSendRight()
+        for id in Int32(0)..<120 { try outerSender.send(id: id, bytes: bytes(id), timeout: .poll) }
+        for id in Int32(1_000)..<1_012 { try innerSender.send(id: id, bytes: bytes(id), timeout: .poll) }
+        let worker = TestLoopThread(setUp: { loop in
+            try loop.add(outer, mode: .default)
+            try loop.add(inner, mode: "nested")
+        }, body: { loop in
+            [loop.run(mode: .default, timeout: .seconds(10)), loop.run(mode: .default, timeout: .milliseconds(200))]
+        })
+        #expect(worker.join() == [.stopped, .timedOut])
+        #expect(handled.current == Array(0..<120), "each once, in order, with its own bytes (negative: not)")
+        #expect(nestedHandled.current == Array(1_000..<1_012))
+    }
+
     @Test("a large message taken by a sleep keeps its bytes through a nested run that takes another before it is handled")
     func nestedRunKeepsTakenPayload() throws {
         @Sendable func bytes(_ value: UInt8, _ count: Int) -> [UInt8] { [UInt8](repeating: value, count: count) }
