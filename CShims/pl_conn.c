@@ -234,10 +234,10 @@ pl_status_t pl_conn_put_frame_parts_locked(pl_conn_t *conn, const uint8_t *head,
     if (marked) conn->out_tail->marked = true; /* alone in the queue: a frame with descriptors is never packed */
     bool gone = false;
     /* By socket, the queue's last frame stays, to be packed with the frames that follow; the transport sends it
-     * when the socket has room. By ring, which packs nothing, all of it goes that can: a frame left behind would
-     * wait for a bell that may never ring (the ring has room), and the ring's reader may even have made room, and
-     * rung for it, between the look that found the ring full and this queueing, when the transport, woken, found
-     * nothing queued yet. With still no room, the ring asks its reader to ring again, and the transport will find
+     * when the socket has room. By ring, which holds no frame back, all of it goes that can: a frame left behind
+     * would wait for a bell that may never ring (the ring has room), and the ring's reader may even have made room,
+     * and rung for it, between the look that found the ring full and this queueing, when the transport, woken,
+     * found nothing queued yet. With still no room, the ring asks its reader to ring again, and the transport will find
      * the queue. */
     bool by_ring = conn->ring_state == PL_CONN_RING_WRITING && !conn->socket_blocked;
     if ((by_ring || conn->out_head != conn->out_tail) && !pl_conn_send_queued_locked(conn, !by_ring, &gone)) {
