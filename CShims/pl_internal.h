@@ -11,24 +11,32 @@
 #include <stdbool.h>
 #include <time.h>
 
-/* Payloads up to this size live inside the slot; larger ones are one allocation per message (from 64 KiB up, a
- * buffer kept for reuse when there is one: pl_payload_cache.c). */
+/* Payloads up to this size live inside the slot; larger ones are one allocation per message (a buffer kept for
+ * reuse when there is one: pl_payload_cache.c). */
 #define PL_INLINE_PAYLOAD PL_INLINE_PAYLOAD_SIZE
 
-/* ---- large payload memory kept for reuse (pl_payload_cache.c) ---- */
+/* ---- payload memory kept for reuse (pl_payload_cache.c) ---- */
 
-#define PL_PAYLOAD_CACHE_MIN 65536u         /* smaller sizes go straight to malloc and free */
-#define PL_PAYLOAD_CACHE_ENTRIES 16u        /* buffers kept at most */
-#define PL_PAYLOAD_CACHE_BYTES (8u << 20)   /* and bytes in all */
+#define PL_PAYLOAD_CACHE_MIN 65536u         /* large buffers: from this size up */
+#define PL_PAYLOAD_CACHE_ENTRIES 16u        /* large buffers kept at most */
+#define PL_PAYLOAD_CACHE_BYTES (8u << 20)   /* and their bytes in all */
+#define PL_PAYLOAD_CACHE_SMALL_SHIFT 6u     /* small buffers: one class per power of two, from 64 bytes */
+#define PL_PAYLOAD_CACHE_SMALL_CLASSES 10u  /* to 32 KiB */
+#define PL_PAYLOAD_CACHE_SMALL_ENTRIES 128u /* small buffers kept at most per class */
+#define PL_PAYLOAD_CACHE_SMALL_BYTES (1u << 20) /* and their bytes in all */
 
-/* malloc(size), or a kept buffer of at least size and at most twice it, holding what it held before: only for
- * memory whose every byte is written before anyone reads it. NULL: out of memory. */
+/* malloc(size), or a kept buffer of at least size (and not many times it), holding what it held before: only for
+ * memory whose every byte is written before anyone reads it. Below PL_PAYLOAD_CACHE_MIN a new buffer is allocated
+ * at the next power of two, so that it serves every size of its class again. NULL: out of memory. */
 void *pl_payload_cache_take(size_t size);
 /* free(bytes), or keeps the buffer for a later take. Any malloc'd memory may be given, and memory taken may be
  * freed with free() instead. */
 void pl_payload_cache_give(void *bytes);
-/* How many buffers, and bytes, are kept (for tests). false: the lock stayed taken for a long while. */
+/* How many large buffers, and their bytes, are kept (for tests). false: the lock stayed taken for a long while. */
 bool pl_payload_cache_held(uint32_t *count, size_t *bytes);
+/* How many small buffers of a class (0: 64 bytes, 1: 128, …) are kept, and the bytes of all small ones (for tests).
+ * false: no such class, or the lock stayed taken for a long while. */
+bool pl_payload_cache_small_held(uint32_t class, uint32_t *count, size_t *bytes);
 
 /* One queued message. */
 typedef struct pl_slot {

@@ -2675,7 +2675,8 @@ static void *payload_cache_churn(void *arg) {
     unsigned char mark = (unsigned char)(uintptr_t)arg;
     uint64_t state = 0x9e3779b97f4a7c15ull * (mark + 1u);
     for (int i = 0; i < 5000; i++) {
-        size_t size = PL_PAYLOAD_CACHE_MIN + rnd(&state) % (192u << 10);
+        size_t size = i % 2 == 0 ? PL_PAYLOAD_CACHE_MIN + rnd(&state) % (192u << 10)
+                                 : 128 + rnd(&state) % (PL_PAYLOAD_CACHE_MIN - 128); /* the small classes */
         unsigned char *bytes = pl_payload_cache_take(size);
         CHECK(bytes != NULL);
         if (bytes == NULL) return NULL;
@@ -2728,6 +2729,46 @@ static void scenario_payload_cache(void) {
     CHECK(pl_payload_cache_held(&kept_after, &kept_bytes_after));
     CHECK(kept_after < kept && kept_bytes_after < kept_bytes);
     for (int i = 0; i < MANY; i++) free(many[i]);
+
+    /* Small buffers, by power-of-two class: one given back serves every size of its class, not a larger one. */
+    void *small = pl_payload_cache_take(4096);
+    CHECK(small != NULL);
+    pl_payload_cache_give(small);
+    void *same = pl_payload_cache_take(2049);
+    CHECK(same == small);
+    void *larger_class = pl_payload_cache_take(4097);
+    CHECK(larger_class != NULL && larger_class != small);
+    pl_payload_cache_give(same);
+    pl_payload_cache_give(larger_class);
+    void *smaller_class = pl_payload_cache_take(2048);
+    CHECK(smaller_class != small && smaller_class != larger_class);
+    free(smaller_class);
+    /* Between the largest class (32 KiB) and the large buffers: allocated as asked, kept in the largest class. */
+    void *between = pl_payload_cache_take(40000);
+    CHECK(between != NULL);
+    memset(between, 1, 40000);
+    pl_payload_cache_give(between);
+    void *from_class = pl_payload_cache_take(32768);
+    CHECK(from_class == between);
+    free(from_class);
+    /* Bounded per class and in all. */
+    enum { SMALL_MANY = 300 };
+    void *smalls[SMALL_MANY];
+    uint32_t small_kept = 0;
+    size_t small_bytes = 0;
+    for (int i = 0; i < SMALL_MANY; i++) {
+        smalls[i] = pl_payload_cache_take(4096);
+        CHECK(smalls[i] != NULL);
+        memset(smalls[i], 2, 4096); /* every byte writable: the class's whole size was allocated */
+    }
+    for (int i = 0; i < SMALL_MANY; i++) pl_payload_cache_give(smalls[i]);
+    CHECK(pl_payload_cache_small_held(12 - PL_PAYLOAD_CACHE_SMALL_SHIFT, &small_kept, &small_bytes));
+    CHECK(small_kept >= 1 && small_kept <= PL_PAYLOAD_CACHE_SMALL_ENTRIES && small_bytes <= PL_PAYLOAD_CACHE_SMALL_BYTES);
+    for (int i = 0; i < SMALL_MANY; i++) smalls[i] = pl_payload_cache_take(4000);
+    CHECK(pl_payload_cache_small_held(12 - PL_PAYLOAD_CACHE_SMALL_SHIFT, &small_kept, &small_bytes));
+    CHECK(small_kept == 0);
+    for (int i = 0; i < SMALL_MANY; i++) free(smalls[i]);
+    CHECK(!pl_payload_cache_small_held(PL_PAYLOAD_CACHE_SMALL_CLASSES, &small_kept, &small_bytes));
 
     /* Four threads at once. */
     pthread_t threads[4];
