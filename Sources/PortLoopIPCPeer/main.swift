@@ -16,10 +16,11 @@
 //       --paused: the loop starts only when a line arrives on stdin. --activated: LISTEN_PID is this process
 //       (a test's stand-in for systemd, which sets it after fork). --refuse: a policy that admits nobody (not even
 //       this user or root), so every look-up is refused.
-//   client DIR NAME THREADS COUNT [--fds] [--large] [--stay]
+//   client DIR NAME THREADS COUNT [--fds] [--large] [--medium] [--stay]
 //       looks NAME up; THREADS threads each send COUNT messages id 8 with payload "pid thread seq", waiting
 //       forever for room; prints `sent N` when all are sent. --fds: every third message (seq divisible by 3)
-//       carries a descriptor, /dev/null. --large: three of four (seq not divisible by 4) are padded with spaces to 20,000 bytes. --stay: then prints `rings N` (CrossProcessStatistics'
+//       carries a descriptor, /dev/null. --large: three of four (seq not divisible by 4) are padded with spaces to
+//       20,000 bytes. --medium: every one is padded to 4,000 bytes. --stay: then prints `rings N` (CrossProcessStatistics'
 //       sharedRingConnections) and exits only when a line arrives on stdin.
 //   stream DIR NAME COUNT [SIZE] [--pack] [--exit-now]
 //       looks NAME up, prints `ready` and waits for a line on stdin; then one thread sends COUNT messages id 8
@@ -291,6 +292,7 @@ case "client":
                     if flags.contains("--large"), seq % 4 != 0 {
                         bytes += [UInt8](repeating: 0x20, count: 20_000 - bytes.count)
                     }
+                    if flags.contains("--medium") { bytes += [UInt8](repeating: 0x20, count: 4_000 - bytes.count) }
                     try service.send(id: 8, bytes: bytes, attachments: attachments)
                 } catch {
                     lock.lock(); failures.append("\(thread)/\(seq): \(error)"); lock.unlock()

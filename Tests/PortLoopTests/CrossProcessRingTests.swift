@@ -86,6 +86,28 @@ struct CrossProcessRingTests {
         }
     }
 
+    @Test("a backlog that found the ring full crosses it packed: every message once, in each sender's order")
+    func backlogPackedIntoTheRing() throws {
+        let saved = PortNamespace.sharedRings
+        defer { PortNamespace.sharedRings = saved }
+        PortNamespace.sharedRings = .always
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("backlog", queueLimit: 1024)
+        let packedBefore = CrossProcessStatistics.current.packedFramesReceived
+        // 4,000-byte messages from three threads into a service that does not read for a while: the ring (256 KiB)
+        // fills, the rest waits in the client's outgoing queue, and leaves it packed up to 64 KiB a record.
+        let client = try Peer(["client", space.path, "backlog", "3", "2000", "--medium", "--stay"],
+                              environment: ["PORTLOOP_SHARED_RINGS": "always"])
+        defer { client.kill() }
+        usleep(300_000)
+        let next = try Self.receiveInOrder(port, count: 6000)
+        #expect(next.count == 3 && next.values.allSatisfy { $0 == 2000 })
+        #expect(client.line(startingWith: "rings") == "rings 1")
+        #expect(CrossProcessStatistics.current.packedFramesReceived > packedBefore, "the backlog came packed")
+        client.tell("exit")
+        #expect(client.finish() == 0)
+    }
+
     @Test("descriptors cross in order with the messages around them, through the socket beside the ring")
     func descriptorsInOrder() throws {
         let saved = PortNamespace.sharedRings
