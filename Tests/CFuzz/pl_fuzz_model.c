@@ -310,22 +310,29 @@ static void op_set_receive(input_t *in) {
 static void op_batch(input_t *in) {
     int s = take(in) % SETS;
     uint32_t max = 1 + take(in) % 6;
-    size_t capacity = (take(in) & 1) ? 128 : BIG;
+    uint8_t mode = take(in);
+    size_t capacity = (mode & 1) ? 128 : BIG;
+    bool taking = (mode & 2) != 0; /* pl_port_set_receive_batch_taking: payloads over 48 bytes handed over */
     model_set_t *ms = &sets[s];
     if (ms->set == NULL) return;
     static unsigned char buffer[BIG];
     pl_received_t outs[8];
+    pl_payload_t takes[8];
     uint32_t count = 99;
-    pl_status_t status = pl_port_set_receive_batch(ms->set, outs, max, buffer, capacity, &count);
+    pl_status_t status = taking ? pl_port_set_receive_batch_taking(ms->set, outs, takes, max, buffer, capacity, &count)
+                                : pl_port_set_receive_batch(ms->set, outs, max, buffer, capacity, &count);
     if (ms->ready_count == 0) { EXPECT(status, PL_ERR_TIMED_OUT); CHECK(count == 0); return; }
     int p = ms->ready[0];
-    /* The model of a batch: whole messages of the first ready port while they fit, 8-byte aligned. */
+    /* The model of a batch: whole messages of the first ready port while they fit, 8-byte aligned; taking, a
+     * payload over 48 bytes needs no room. */
     uint32_t expect = 0;
     size_t used = 0;
     while (expect < max && expect < ports[p].count) {
+        size_t size = ports[p].queue[expect].size;
+        if (taking && size > PL_INLINE_PAYLOAD_SIZE) { expect++; continue; }
         size_t offset = (used + 7) & ~(size_t)7;
-        if (offset > capacity || ports[p].queue[expect].size > capacity - offset) break;
-        used = offset + ports[p].queue[expect].size;
+        if (offset > capacity || size > capacity - offset) break;
+        used = offset + size;
         expect++;
     }
     if (expect == 0) { EXPECT(status, PL_ERR_TIMED_OUT); CHECK(count == 0); return; }
@@ -333,9 +340,12 @@ static void op_batch(input_t *in) {
     CHECK(count == expect);
     for (uint32_t i = 0; i < count; i++) {
         CHECK(port_of_name(outs[i].arrival_name) == p);
+        bool handed = taking && outs[i].size > PL_INLINE_PAYLOAD_SIZE;
+        CHECK(!taking || handed == (takes[i].base != NULL));
         pl_port_t *reply; int reply_index;
-        check_received(p, &outs[i], buffer + outs[i].offset, &reply, &reply_index);
+        check_received(p, &outs[i], handed ? takes[i].base : buffer + outs[i].offset, &reply, &reply_index);
         release_reply(reply, reply_index);
+        if (taking) pl_payload_free(&takes[i]);
     }
     if (ports[p].count > 0) {
         ready_remove(ms, p);
