@@ -90,10 +90,12 @@ int pl_conn_sendmsg(int fd, const uint8_t *head, size_t head_length, const uint8
  * a backlog then leaves in a few large packets, a system call and a wake-up of the reader for many messages
  * instead of one each. Packets are allocated this large (or the frame's size, if larger). */
 #define PL_CONN_PACK_BYTES 65536u
+_Static_assert(PL_CONN_PACK_BYTES <= PL_WIRE_MAX_FRAME, "a pack is one packet: a ring record or a socket packet");
 
 /* Appends a copy of a frame to the outgoing queue (write_lock held); the descriptors are duplicated, since the
- * caller's go back to it. out_bytes counts what the queue allocated, so packing never lets it hold more memory
- * than its limits say. false: out of memory or descriptors. */
+ * caller's go back to it. out_bytes counts what the queue asked for, room for packing included, so packing never
+ * lets it hold more than its limits say (a small frame's memory, from the payload cache, may be up to twice what
+ * it asked for). false: out of memory or descriptors. */
 static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *head, size_t head_length,
                                        const uint8_t *body, size_t body_length, const int *fds, uint32_t fd_count) {
     bool packs = fd_count == 0 && atomic_load_explicit(&conn->packs, memory_order_acquire);

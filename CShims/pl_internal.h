@@ -25,9 +25,10 @@
 #define PL_PAYLOAD_CACHE_SMALL_ENTRIES 128u /* small buffers kept at most per class */
 #define PL_PAYLOAD_CACHE_SMALL_BYTES (1u << 20) /* and their bytes in all */
 
-/* malloc(size), or a kept buffer of at least size (and not many times it), holding what it held before: only for
- * memory whose every byte is written before anyone reads it. Below PL_PAYLOAD_CACHE_MIN a new buffer is allocated
- * at the next power of two, so that it serves every size of its class again. NULL: out of memory. */
+/* malloc(size), or a kept buffer of at least size (and less than four times it), holding what it held before:
+ * only for memory whose every byte is written before anyone reads it. Below PL_PAYLOAD_CACHE_MIN a new buffer is
+ * allocated at the next power of two, so that it serves every size of its class again: what a caller counts as
+ * `size` may then occupy up to twice that. NULL: out of memory. */
 void *pl_payload_cache_take(size_t size);
 /* free(bytes), or keeps the buffer for a later take. Any malloc'd memory may be given, and memory taken may be
  * freed with free() instead. */

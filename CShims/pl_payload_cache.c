@@ -38,7 +38,7 @@ static struct {
     pl_payload_cache_entry_t entries[PL_PAYLOAD_CACHE_ENTRIES];
     uint32_t small_count[PL_PAYLOAD_CACHE_SMALL_CLASSES];
     size_t small_bytes;
-    void *small[PL_PAYLOAD_CACHE_SMALL_CLASSES][PL_PAYLOAD_CACHE_SMALL_ENTRIES];
+    pl_payload_cache_entry_t small[PL_PAYLOAD_CACHE_SMALL_CLASSES][PL_PAYLOAD_CACHE_SMALL_ENTRIES];
 } C = { .busy = ATOMIC_FLAG_INIT };
 
 static bool pl_payload_cache_try_lock(void) {
@@ -61,8 +61,9 @@ static void *pl_payload_cache_take_small(size_t size) {
     void *bytes = NULL;
     if (pl_payload_cache_try_lock()) {
         if (C.small_count[class] > 0) {
-            bytes = C.small[class][--C.small_count[class]];
-            C.small_bytes -= (size_t)1 << (class + PL_PAYLOAD_CACHE_SMALL_SHIFT);
+            pl_payload_cache_entry_t entry = C.small[class][--C.small_count[class]];
+            bytes = entry.bytes;
+            C.small_bytes -= entry.capacity;
         }
         pl_payload_cache_unlock();
     }
@@ -70,7 +71,9 @@ static void *pl_payload_cache_take_small(size_t size) {
 }
 
 /* Keeps a buffer of `capacity` bytes (below PL_PAYLOAD_CACHE_MIN) in the class it can serve whole: the largest
- * power of two at or below its capacity. false: not kept (the lock is held by someone else, or no room). */
+ * power of two at or below its capacity, so less than twice the class's size (a buffer of 32 to 64 KiB goes to the
+ * top class, 32 KiB). Its whole capacity counts against the bound. false: not kept (the lock is held by someone
+ * else, or no room). */
 static bool pl_payload_cache_give_small(void *bytes, size_t capacity) {
     if (capacity < ((size_t)1 << PL_PAYLOAD_CACHE_SMALL_SHIFT)) return false;
     uint32_t class = 0;
@@ -78,13 +81,12 @@ static bool pl_payload_cache_give_small(void *bytes, size_t capacity) {
            ((size_t)1 << (class + 1 + PL_PAYLOAD_CACHE_SMALL_SHIFT)) <= capacity) {
         class++;
     }
-    size_t counted = (size_t)1 << (class + PL_PAYLOAD_CACHE_SMALL_SHIFT);
     if (!pl_payload_cache_try_lock()) return false;
     bool kept = C.small_count[class] < PL_PAYLOAD_CACHE_SMALL_ENTRIES &&
-                C.small_bytes + counted <= PL_PAYLOAD_CACHE_SMALL_BYTES;
+                C.small_bytes + capacity <= PL_PAYLOAD_CACHE_SMALL_BYTES;
     if (kept) {
-        C.small[class][C.small_count[class]++] = bytes;
-        C.small_bytes += counted;
+        C.small[class][C.small_count[class]++] = (pl_payload_cache_entry_t){ .bytes = bytes, .capacity = capacity };
+        C.small_bytes += capacity;
     }
     pl_payload_cache_unlock();
     return kept;

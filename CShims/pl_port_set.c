@@ -525,12 +525,18 @@ next_ready_port:
         pl_port_release_internal(port);
         goto next_ready_port;
     }
+    size_t taken_bytes = 0;
     while (taken < max && port->count > 0) {
-        /* A payload in memory of its own is handed over (nothing to allocate, so it cannot fail); one held in the
-         * slot is copied into the buffer, if it fits. */
-        bool take = takes != NULL && port->ring[port->head].size > PL_INLINE_PAYLOAD;
+        /* A payload in memory of its own is handed over (nothing to allocate, so it cannot fail), up to
+         * PL_BATCH_TAKE_BYTES a batch: each one taken makes room in the queue that senders fill again, so a batch
+         * of the largest would otherwise hold dozens of them beside a full queue. One held in the slot is copied
+         * into the buffer, if it fits. */
+        uint32_t size = port->ring[port->head].size;
+        bool take = takes != NULL && size > PL_INLINE_PAYLOAD;
+        if (take && taken > 0 && taken_bytes + size > PL_BATCH_TAKE_BYTES) break;
         size_t offset = (used + 7) & ~(size_t)7;
-        if (!take && (offset > capacity || port->ring[port->head].size > capacity - offset)) break;
+        if (!take && (offset > capacity || size > capacity - offset)) break;
+        if (take) taken_bytes += size;
         pl_received_t *out = &outs[taken];
         memset(out, 0, sizeof *out);
         if (take) {

@@ -574,7 +574,10 @@ pl_status_t pl_port_set_receive_batch(pl_port_set_t *set, pl_received_t *outs, u
  * PL_INLINE_PAYLOAD_SIZE) rather than copying them into buffer, as pl_port_set_receive_payload does: takes[i]
  * holds message i's (the caller frees it with pl_payload_free), or nothing ({0}: its payload is in buffer at
  * outs[i].offset). A batch then never stops at a payload too large for buffer, and copies each payload once less.
+ * It stops before a payload that would take what it hands over past PL_BATCH_TAKE_BYTES (the first is always
+ * taken): each message taken makes room that senders fill again, and the caller holds what it took.
  */
+#define PL_BATCH_TAKE_BYTES (1u << 20)
 pl_status_t pl_port_set_receive_batch_taking(pl_port_set_t *set, pl_received_t *outs, pl_payload_t *takes,
                                              uint32_t max, void *buffer, size_t capacity, uint32_t *count);
 

@@ -2782,14 +2782,15 @@ static void scenario_payload_cache(void) {
  * intact, and what is handed over is the caller's to free (ASan and valgrind count it). */
 
 static void scenario_batch_taking(void) {
-    enum { LARGE = 200000 };
+    enum { LARGE = 200000, BUDGETED = 300000 };
     unsigned char buffer[512];
     pl_received_t batch[40];
     pl_payload_t takes[40];
     uint32_t count = 0;
-    unsigned char *large = malloc(LARGE);
-    CHECK(large != NULL);
+    unsigned char *large = malloc(LARGE), *budgeted = malloc(BUDGETED);
+    CHECK(large != NULL && budgeted != NULL);
     for (uint32_t i = 0; i < LARGE; i++) large[i] = (unsigned char)(i * 13u + 5u);
+    for (uint32_t i = 0; i < BUDGETED; i++) budgeted[i] = (unsigned char)(i * 7u + 3u);
     for (int round = 0; round < 50; round++) {
         pl_port_set_t *set = new_set();
         pl_port_t *port = NULL;
@@ -2824,11 +2825,41 @@ static void scenario_batch_taking(void) {
         CHECK(count == 0);
         CHECK_STATUS(pl_port_set_receive_batch_taking(NULL, batch, takes, 4, buffer, sizeof buffer, &count),
                      PL_ERR_INVALID_ARG);
+        /* What a batch hands over stops short of PL_BATCH_TAKE_BYTES: five of 300,000 bytes go three, then two;
+         * one larger than the budget goes alone. */
+        pl_port_t *big = NULL;
+        CHECK_OK(pl_port_create(8, PL_BATCH_TAKE_BYTES + 4096, &big));
+        CHECK_OK(pl_port_set_insert(set, big));
+        for (int32_t id = 0; id < 5; id++) CHECK_OK(pl_port_send(big, 2000 + id, budgeted, BUDGETED, NULL, 0));
+        uint32_t per_batch = PL_BATCH_TAKE_BYTES / BUDGETED;
+        CHECK_OK(pl_port_set_receive_batch_taking(set, batch, takes, 40, buffer, sizeof buffer, &count));
+        CHECK(count == per_batch);
+        for (uint32_t i = 0; i < count; i++) {
+            CHECK(batch[i].id == 2000 + (int32_t)i && takes[i].size == BUDGETED);
+            CHECK(memcmp(takes[i].base, budgeted, BUDGETED) == 0);
+            pl_payload_free(&takes[i]);
+        }
+        CHECK_OK(pl_port_set_receive_batch_taking(set, batch, takes, 40, buffer, sizeof buffer, &count));
+        CHECK(count == 5 - per_batch && batch[0].id == 2000 + (int32_t)per_batch);
+        for (uint32_t i = 0; i < count; i++) pl_payload_free(&takes[i]);
+        unsigned char *huge = calloc(1, PL_BATCH_TAKE_BYTES + 4096);
+        CHECK(huge != NULL);
+        CHECK_OK(pl_port_send(big, 3000, huge, PL_BATCH_TAKE_BYTES + 4096, NULL, 0));
+        CHECK_OK(pl_port_send(big, 3001, huge, 100, NULL, 0));
+        CHECK_OK(pl_port_set_receive_batch_taking(set, batch, takes, 40, buffer, sizeof buffer, &count));
+        CHECK(count == 1 && batch[0].id == 3000 && takes[0].size == PL_BATCH_TAKE_BYTES + 4096);
+        pl_payload_free(&takes[0]);
+        CHECK_OK(pl_port_set_receive_batch_taking(set, batch, takes, 40, buffer, sizeof buffer, &count));
+        CHECK(count == 1 && batch[0].id == 3001);
+        pl_payload_free(&takes[0]);
+        free(huge);
+        CHECK_OK(pl_port_destroy(big));
         CHECK_OK(pl_port_destroy(port));
         CHECK_OK(pl_port_set_destroy(set));
         pl_port_set_release(set);
     }
     free(large);
+    free(budgeted);
 }
 
 int main(int argc, char **argv) {
