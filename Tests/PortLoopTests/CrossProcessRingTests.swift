@@ -14,8 +14,15 @@ struct CrossProcessRingTests {
     static func receiveInOrder(_ port: borrowing PortReceiveRight, count: Int,
                                descriptors: (Int) -> Bool = { _ in false }) throws -> [String: Int] {
         var next: [String: Int] = [:]
-        for _ in 0..<count {
-            let message = try port.receive(timeout: .seconds(30))
+        for received in 0..<count {
+            let message: ReceivedMessage
+            do {
+                message = try port.receive(timeout: .seconds(30))
+            } catch {
+                // A stall: where each sender stood says which connection stopped.
+                Issue.record("\(error) after \(received) of \(count) messages; next due per sender: \(next); \(CrossProcessStatistics.current)")
+                throw error
+            }
             let parts = String(decoding: message.payload, as: UTF8.self).split(separator: " ")
             try #require(message.id == 8 && parts.count == 3)
             let sender = "\(parts[0]) \(parts[1])", seq = Int(parts[2]) ?? -1
