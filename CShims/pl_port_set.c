@@ -492,9 +492,13 @@ next_ready_port:
         fd_look_due = set->receives_since_fd_poll + 1 >= PL_FD_POLL_EVERY;
         if (!fd_look_due && max > room) max = room;
     }
+    if (set->ready_head == NULL && set->fd_ready_head == NULL) {
+        pthread_mutex_unlock(&set->lock);
+        return PL_ERR_TIMED_OUT; /* nothing queued: a receive without waiting would find nothing either */
+    }
     if (set->ready_head == NULL || set->fd_ready_head != NULL || set->polling || fd_look_due) {
         pthread_mutex_unlock(&set->lock);
-        return PL_ERR_TIMED_OUT;
+        return PL_OK; /* *count 0: something for pl_port_set_receive */
     }
     if (set->fd_count > 0 && !counted) set->receives_since_fd_poll += max;
     counted = true;
@@ -516,7 +520,7 @@ next_ready_port:
         pthread_mutex_unlock(&port->lock);
         pl_wake_list_run(&wakes);
         pl_port_release_internal(port);
-        return PL_ERR_TIMED_OUT;
+        return PL_OK;
     }
     if (port->count == 0) {
         /* Emptied by another receiver since it was queued as ready: the next ready port may hold messages. */
@@ -565,7 +569,7 @@ next_ready_port:
     pl_wake_list_run(&wakes);
     pl_port_release_internal(port);
     *count = taken;
-    return taken > 0 ? PL_OK : PL_ERR_TIMED_OUT;
+    return PL_OK; /* none taken: the first does not fit in buffer */
 }
 
 /* A receive; `look` false (with timeout 0 only) skips the one look at the descriptors that a poll makes. With

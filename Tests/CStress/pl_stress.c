@@ -474,8 +474,8 @@ static void *ts_receiver(void *raw) {
             pl_status_t status = arg->index == 1
                 ? pl_port_set_receive_batch(arg->set, batch, 16, buffer, sizeof buffer, &count)
                 : pl_port_set_receive_batch_taking(arg->set, batch, takes, 16, buffer, 256, &count);
-            if (status == PL_OK) {
-                CHECK(count >= 1 && count <= 16);
+            if (status == PL_OK && count > 0) {
+                CHECK(count <= 16);
                 for (uint32_t i = 0; i < count; i++) {
                     bool taken = arg->index == 2 && takes[i].base != NULL;
                     CHECK(arg->index == 1 || taken == (batch[i].size > PL_INLINE_PAYLOAD_SIZE));
@@ -484,7 +484,7 @@ static void *ts_receiver(void *raw) {
                 }
                 continue;
             }
-            if (status != PL_ERR_TIMED_OUT) { CHECK(count == 0); arg->end = status; break; }
+            if (status != PL_ERR_TIMED_OUT && status != PL_OK) { CHECK(count == 0); arg->end = status; break; }
         }
         pl_received_t header;
         pl_status_t status = pl_port_set_receive(arg->set, &header, buffer, sizeof buffer, PL_TIMEOUT_FOREVER);
@@ -869,7 +869,7 @@ static void scenario_too_large_race(void) {
     pl_received_t batch[4];
     uint32_t count = 7;
     unsigned char small[64];
-    CHECK_STATUS(pl_port_set_receive_batch(set, batch, 4, small, sizeof small, &count), PL_ERR_TIMED_OUT);
+    CHECK_STATUS(pl_port_set_receive_batch(set, batch, 4, small, sizeof small, &count), PL_OK);
     CHECK(count == 0 && pl_port_message_count(port) == 1);
     CHECK_STATUS(pl_port_set_receive_batch(NULL, batch, 4, small, sizeof small, &count), PL_ERR_INVALID_ARG);
     CHECK_STATUS(pl_port_set_receive_batch(set, NULL, 4, small, sizeof small, &count), PL_ERR_INVALID_ARG);

@@ -147,6 +147,29 @@ struct RunLoopSourceTests {
         #expect(cancels.current == 1)
     }
 
+    @Test("a source removed while its loop sleeps lets its port go, though the loop performed it last")
+    func removedSourceLetsItsPortGo() throws {
+        let performed = Locked(0)
+        let held = Locked<RunLoopPortSource?>(try RunLoopPortSource { _ in performed.withLock { $0 += 1 }; return nil })
+        let sender = held.current!.makeSendRight()
+        let keepAlive = try RunLoopPortSource(queueLimit: 1, maxMessageSize: 1) { _ in nil }
+        let worker = TestLoopThread(setUp: { loop in
+            try loop.add(keepAlive, mode: .default)
+            try loop.add(held.current!, mode: .default)
+        }, body: { loop in [loop.run(mode: .default, timeout: .seconds(20))] })
+        try sender.send(id: 1)
+        #expect(eventually(within: 5) { performed.current == 1 })
+        sleepMilliseconds(20) // asleep again, the source its last lookup
+        worker.loop.remove(held.current!, mode: .default)
+        held.withLock { $0 = nil }
+        // The loop, woken by the removal, keeps the source only until it sleeps again: then the port is destroyed.
+        #expect(eventually(within: 5) { sender.isDeadName })
+        worker.loop.stop()
+        #expect(worker.join() == [.stopped])
+        #expect(sender.isDeadName, "after the run")
+        #expect(performed.current == 1)
+    }
+
     @Test("a source invalidated inside its own callout")
     func invalidateInCallout() throws {
         let performed = Locked(0)

@@ -98,7 +98,7 @@ public struct PortReceiveRight: ~Copyable, @unchecked Sendable {
         let (header, payload) = try receiveIntoArray(timeout: timeout, maxSize: maxSize) { out, buffer, capacity, ns in
             pl_port_receive(port, out, buffer, capacity, ns)
         }
-        return ReceivedMessage(adopting: header, payload: payload)
+        return ReceivedMessage.adopting(header, payload: payload)
     }
 
     /// Receives the next message into `buffer`, without allocating (`mach_msg` with `MACH_RCV_LARGE`).

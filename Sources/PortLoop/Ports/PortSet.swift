@@ -94,7 +94,7 @@ public final class PortSet: @unchecked Sendable {
             pl_port_set_receive(set, out, buffer, capacity, ns)
         }
         if header.kind == PL_RECEIVED_FD { return .readable(fileDescriptor: header.fd) }
-        return .message(ReceivedMessage(adopting: header, payload: payload))
+        return .message(ReceivedMessage.adopting(header, payload: payload))
     }
 
     /// What the ``PortMessages`` waiting thread needs beyond a receive: a member port that no sender can reach
@@ -115,7 +115,7 @@ public final class PortSet: @unchecked Sendable {
                 return status
             }
             if header.kind == PL_RECEIVED_FD { return .event(.readable(fileDescriptor: header.fd)) }
-            return .event(.message(ReceivedMessage(adopting: header, payload: payload)))
+            return .event(.message(ReceivedMessage.adopting(header, payload: payload)))
         } catch .noReply {
             return .senderless(PortName(rawValue: senderless))
         }

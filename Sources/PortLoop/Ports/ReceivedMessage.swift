@@ -20,8 +20,10 @@ public struct ReceivedMessage: Sendable {
     public var attachments: [MessageAttachment]
     /// Whether PortLoop itself posted this message as a notification (see ``PortNotification``), as Mach's
     /// kernel does. No sender can set it, so a notification cannot be forged by sending its message id.
-    public internal(set) var isNotification = false
+    public internal(set) var isNotification: Bool
+}
 
+extension ReceivedMessage {
     /// Creates a message value, as a test or a custom sink might; receives make these.
     public init(id: Int32, payload: [UInt8], replyPort: PortSendRight?, arrivalPort: PortName,
                 sender: SenderIdentity = .currentProcess, attachments: [MessageAttachment] = []) {
@@ -31,14 +33,18 @@ public struct ReceivedMessage: Sendable {
         self.arrivalPort = arrivalPort
         self.sender = sender
         self.attachments = attachments
+        isNotification = false
     }
 
-    /// Takes over what a received C header owns (its reply right and attachments).
-    init(adopting header: pl_received_t, payload: [UInt8]) {
-        self.init(id: header.id, payload: payload, replyPort: header.adoptReplyPort(),
-                  arrivalPort: PortName(rawValue: header.arrival_name), sender: SenderIdentity(header.sender),
-                  attachments: header.adoptAttachments())
-        isNotification = header.flags & PL_RECEIVED_NOTIFICATION != 0
+    /// Takes over what a received C header owns (its reply right and attachments). Made by the memberwise
+    /// initializer, in one expression: an initializer of the type's own (which is why the public one is in an
+    /// extension), or a field changed after the making, had the optimizer make the message twice (a copy, then the
+    /// first destroyed), every reference retained and released once more per message.
+    static func adopting(_ header: pl_received_t, payload: [UInt8]) -> ReceivedMessage {
+        ReceivedMessage(id: header.id, payload: payload, replyPort: header.adoptReplyPort(),
+                        arrivalPort: PortName(rawValue: header.arrival_name), sender: SenderIdentity(header.sender),
+                        attachments: header.adoptAttachments(),
+                        isNotification: header.flags & PL_RECEIVED_NOTIFICATION != 0)
     }
 }
 

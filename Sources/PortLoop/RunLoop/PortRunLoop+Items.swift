@@ -105,7 +105,7 @@ extension PortRunLoop {
                 let state = try modeLocked(target)
                 guard try insertLocked(item, into: state) else { continue }
                 if case let .source(source) = item { scheduled.append((source, target)) }
-                if case .timer = item, sleepingMode === state { wake = true }
+                if case .timer = item, isSleeping(in: state) { wake = true }
             }
             return (scheduled, wake)
         }
@@ -146,7 +146,7 @@ extension PortRunLoop {
             let cancelled = modes.compactMap { name, state -> (RunLoopSource, Mode)? in
                 guard selected(name), removeLocked(item, from: state) else { return nil }
                 // Observers change neither whether a mode is empty nor how long it sleeps.
-                if case .observer = item {} else { wake = wake || sleepingMode === state }
+                if case .observer = item {} else { wake = wake || isSleeping(in: state) }
                 if case let .source(source) = item { return (source, name) }
                 return nil
             }
@@ -236,7 +236,8 @@ extension PortRunLoop {
             }
             guard applied else { return (false, false) }
             repositionLocked(timer)
-            let wake = sleepingMode.map { timer.placement(in: $0) != nil } ?? false
+            var wake = false
+            timer.forEachPlacement { placement in wake = wake || isSleeping(in: placement.mode) }
             return (true, wake)
         }
         if wake { wakeUp() }

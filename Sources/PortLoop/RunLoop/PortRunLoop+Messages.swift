@@ -34,7 +34,7 @@ extension PortRunLoop {
     ///
     /// The others come in batches from one port at a time (`pl_port_set_receive_batch_taking`: one lock round
     /// for many messages), into a batch this call owns while its callouts run: a callout that runs a nested loop
-    /// must not overwrite the payloads still to be handled, so a nested call finds the spare taken and makes
+    /// must not overwrite the payloads still to be handled, so a nested call finds the loop's batch lent and makes
     /// its own. Small payloads are copied into the batch's buffer; larger ones, in memory of their own, are taken
     /// over, each freed once its message is dealt with. What a batch cannot take (a descriptor) comes through a
     /// single receive.
@@ -43,27 +43,34 @@ extension PortRunLoop {
     /// first so that they keep their order), and the pass ends its batching there.
     func handleMessages(_ state: LoopMode, first: pl_received_t, batch: Bool) -> Bool {
         var handled: Bool
-        var lookup: SourceLookup?
+        // The mode's last lookup, carried from pass to pass (a nested run in the mode reads and writes its own copy).
+        var lookup = state.lastLookup
+        defer { state.lastLookup = lookup }
         switch handleReceived(state, first, following: false, lookup: &lookup) {
         case let .done(performed): handled = performed
         case .putBack: return false
         }
         guard batch else { return handled }
-        let messages = spareMessageBatch ?? MessageBatch()
-        spareMessageBatch = nil
-        defer { spareMessageBatch = messages }
+        let nested = messageBatchLent
+        if !nested && batchStorage == nil { batchStorage = MessageBatch() }
+        let messages = nested ? MessageBatch() : batchStorage!
+        messageBatchLent = true
+        defer { if !nested { messageBatchLent = false } }
         var remaining = Self.messageBatch - 1
         var header = pl_received_t()
         while remaining > 0 {
             var count: UInt32 = 0
-            _ = pl_port_set_receive_batch_taking(state.portSet.set, messages.headers.baseAddress,
-                                                 messages.taken.baseAddress,
-                                                 UInt32(min(remaining, messages.headers.count)),
-                                                 messages.payloads.baseAddress, messages.payloads.count, &count)
+            let status = pl_port_set_receive_batch_taking(state.portSet.set, messages.headers.baseAddress,
+                                                          messages.taken.baseAddress,
+                                                          UInt32(min(remaining, messages.headers.count)),
+                                                          messages.payloads.baseAddress, messages.payloads.count,
+                                                          &count)
             if count == 0 {
-                // What only a look at the descriptors would find, the next sleep finds at once: a system call
-                // here would be spent for nothing on every wake-up with one message.
-                guard receive(on: state, header: &header, timeout: 0, queuedOnly: true) == PL_OK else { break }
+                // Nothing queued (timed out): the pass is done. Something the batch does not take: one receive. What
+                // only a look at the descriptors would find, the next sleep finds at once: a system call here would
+                // be spent for nothing on every wake-up with one message.
+                guard status == PL_OK,
+                      receive(on: state, header: &header, timeout: 0, queuedOnly: true) == PL_OK else { break }
                 switch handleReceived(state, header, following: true, lookup: &lookup) {
                 case let .done(performed): handled = performed || handled
                 case .putBack: return handled
@@ -138,9 +145,10 @@ extension PortRunLoop {
             source = found
         }
         let payload = header.size == 0 ? [] : Array(UnsafeRawBufferPointer(start: payload, count: Int(header.size)))
-        let message = ReceivedMessage(adopting: header, payload: payload)
-        if let reply = __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(source, message),
-           let replyPort = message.replyPort {
+        let message = ReceivedMessage.adopting(header, payload: payload)
+        let replyPort = message.replyPort // for the answer: the message itself goes with the callout
+        if let reply = __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(source, consume message),
+           let replyPort {
             // Never block the loop on a requester that does not read its replies.
             do throws(PortError) {
                 try replyPort.send(id: reply.id, bytes: reply.bytes, timeout: .poll)

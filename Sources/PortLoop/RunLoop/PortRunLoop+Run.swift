@@ -67,12 +67,13 @@ extension PortRunLoop {
         }
         setMainQueueMember(state, heldMainQueue)
 
-        let departed = lock.withLock { () -> [PortName: RunLoopPortSource] in
+        let (departed, lastRun) = lock.withLock { () -> ([PortName: RunLoopPortSource]?, Bool) in
             currentMode = previousMode
             runDepth -= 1
             state.activeRuns -= 1
-            return state.activeRuns == 0 ? state.takeDepartedSources() : [:]
+            return state.activeRuns == 0 ? (state.takeDepartedSources(), true) : (nil, false)
         }
+        if lastRun { state.lastLookup = nil }
         withExtendedLifetime(departed) {} // released outside the lock: a handler's captures may call into the loop
         return result
     }
@@ -125,6 +126,11 @@ extension PortRunLoop {
 
             if handled && returnAfterSourceHandled { return .handledSource }
             if deadline != .max && monotonicNanoseconds() >= deadline { return .timedOut }
+            // Without the lock when no stop is pending and the mode holds a source or a timer: it cannot be empty.
+            // (A stop or a removal racing with these loads is seen at the next pass, which its wake-up brings.)
+            if !stopPending.load(ordering: .acquiring) && state.hasSourcesOrTimers.load(ordering: .acquiring) {
+                continue
+            }
             let (stopped, empty) = lock.withLock { () -> (Bool, Bool) in
                 if stopRequested {
                     stopRequested = false
@@ -143,14 +149,19 @@ extension PortRunLoop {
     /// With `pollIfEmpty`, a mode found empty in the same lock hold is polled instead.
     private func sleep(in state: LoopMode, poll: Bool, pollIfEmpty: Bool, deadline: Int64,
                        header: inout pl_received_t) -> pl_status_t {
-        let (timerWake, empty, departed) = lock.withLock { () -> (Int64?, Bool, [PortName: RunLoopPortSource]) in
-            sleepingMode = state
+        var departed: [PortName: RunLoopPortSource]?
+        let (timerWake, empty) = lock.withLock { () -> (Int64?, Bool) in
+            sleepingModeID.store(UInt(bitPattern: ObjectIdentifier(state)), ordering: .releasing)
             // Every message this run took has been dealt with; unless an outer run in the mode still holds some,
             // the sources that left meanwhile need no keeping.
-            let departed = state.activeRuns == 1 ? state.takeDepartedSources() : [:]
-            return (state.timers.wakeDeadline(), pollIfEmpty && isEmptyLocked(state), departed)
+            departed = state.activeRuns == 1 ? state.takeDepartedSources() : nil
+            return (state.timers.wakeDeadline(), pollIfEmpty && isEmptyLocked(state))
         }
+        // Let go of here, outside the lock and before the sleep: a constant would live to the end of the function
+        // in a debug build, and keep a removed source's port alive through the sleep.
         withExtendedLifetime(departed) {}
+        departed = nil
+        state.dropStaleLookup()
         let poll = poll || empty
         var timeout: Int64 = 0
         var status = PL_ERR_TIMED_OUT
@@ -166,7 +177,9 @@ extension PortRunLoop {
         } else {
             status = receive(on: state, header: &header, timeout: 0)
         }
-        lock.withLock { sleepingMode = nil }
+        // Without the lock: an item added from here on finds the loop not sleeping, and its next sleep, which
+        // takes the lock, sees the item.
+        sleepingModeID.store(0, ordering: .releasing)
         return status
     }
 
@@ -254,13 +267,13 @@ extension PortRunLoop {
     /// Each timer is claimed and released under its own lock; the loop's lock is taken once per chunk, to take
     /// the next chunk and settle the previous one in the heaps.
     private func fireDueTimers(_ state: LoopMode) {
-        // Most passes have no timer due: one lock round tells, without reading the clock when there are none.
-        let due = lock.withLock { () -> Int64? in
-            guard let first = state.timers.firstFireDate else { return nil }
-            let now = monotonicNanoseconds()
-            return first <= now ? now : nil
-        }
-        guard let now = due else { return }
+        // Most passes have no timer due: they find it out with no lock round, and without reading the clock when
+        // there is no timer. (A timer added meanwhile from another thread fires at the next pass, as if added a
+        // moment later; its adder wakes the loop if it sleeps.)
+        let first = state.firstFireDate.load(ordering: .acquiring)
+        guard first != .max else { return }
+        let now = monotonicNanoseconds()
+        guard first <= now else { return }
         // A nested run from a callback finds the batch taken and makes its own.
         var batch = TimerBatch()
         swap(&batch, &timerBatchScratch)
@@ -391,9 +404,15 @@ extension PortRunLoop {
     }
 
     /// Calls the mode's observers of one activity, in order (`__CFRunLoopDoObservers`).
+    @inline(__always)
     func doObservers(_ state: LoopMode, _ activity: Activity) {
         // Without the lock: a pass checks six activities, and most loops observe few or none of them.
         guard state.observedActivities.load(ordering: .relaxed) & activity.rawValue != 0 else { return }
+        callObservers(state, activity)
+    }
+
+    @inline(never)
+    private func callObservers(_ state: LoopMode, _ activity: Activity) {
         let observers = lock.withLock { () -> [RunLoopObserver] in
             state.observers.isEmpty ? [] : state.observers.filter { $0.activities.contains(activity) }
         }

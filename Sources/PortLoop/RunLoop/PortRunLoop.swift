@@ -23,7 +23,9 @@ public final class PortRunLoop: @unchecked Sendable {
     /// Whether this is the process's main loop (`CFRunLoopGetMain`); fixed at creation, so that passes
     /// make no getpid call.
     let isMainLoop: Bool
-    /// Guards everything below that is not otherwise marked.
+    /// Guards everything below that is not otherwise marked. The stored properties it guards, and those only the
+    /// loop's thread touches, skip the run-time exclusivity checks (`@exclusivity(unchecked)`): the lock or the
+    /// thread keeps every access apart already, and the checks were a tenth of a loop pass's instructions.
     let lock = PThreadLock()
 
     /// A queue-limit-1 port in every mode's set: a send wakes the loop, and a second send while one is
@@ -32,30 +34,36 @@ public final class PortRunLoop: @unchecked Sendable {
     let wakeUpPortName: PortName
     let wakeUpSender: PortSendRight
 
-    var modes: [Mode: LoopMode] = [:]
-    var commonModes: Set<Mode> = [.default]
-    var commonItems: [LoopItem] = []
-    var blocks = Deque<PendingBlock>()
+    @exclusivity(unchecked) var modes: [Mode: LoopMode] = [:]
+    @exclusivity(unchecked) var commonModes: Set<Mode> = [.default]
+    @exclusivity(unchecked) var commonItems: [LoopItem] = []
+    @exclusivity(unchecked) var blocks = Deque<PendingBlock>()
     /// Whether `blocks` may hold something: set with the lock when a block is queued, cleared with it when
     /// the queue is taken; read without the lock by each pass's block points.
     let blocksPending = Atomic<Bool>(false)
     /// Whether a wake-up sent by ``performAndWakeUp(inModes:_:)`` is on its way: set with the block that sent
     /// it, cleared when the loop takes the queued blocks.
-    var wakeUpQueued = false
+    @exclusivity(unchecked) var wakeUpQueued = false
     /// The emptied block queue of the last pass, kept for its storage; used by the loop's thread only.
-    var spareBlocks = Deque<PendingBlock>()
-    var currentMode: LoopMode?
-    var runDepth = 0
-    var stopRequested = false {
+    @exclusivity(unchecked) var spareBlocks = Deque<PendingBlock>()
+    @exclusivity(unchecked) var currentMode: LoopMode?
+    @exclusivity(unchecked) var runDepth = 0
+    @exclusivity(unchecked) var stopRequested = false {
         didSet { stopPending.store(stopRequested, ordering: .releasing) }
     }
     /// `stopRequested`, readable without the lock: a batch of messages checks it before each message.
     let stopPending = Atomic<Bool>(false)
-    var threadExited = false
-    /// The mode whose sleep is being prepared or taken, so that adding a timer to it wakes the loop.
-    var sleepingMode: LoopMode?
+    @exclusivity(unchecked) var threadExited = false
+    /// The mode whose sleep is being prepared or taken (its `ObjectIdentifier`; 0 for none), so that adding a timer
+    /// to it wakes the loop. Set with the lock, cleared without it; read with it (``isSleeping(in:)``).
+    let sleepingModeID = Atomic<UInt>(0)
+
+    /// Whether the loop's sleep in `state` is being prepared or taken. With the lock held.
+    func isSleeping(in state: LoopMode) -> Bool {
+        sleepingModeID.load(ordering: .acquiring) == UInt(bitPattern: ObjectIdentifier(state))
+    }
     /// The batch of due timers ``fireDueTimers(_:)`` reuses between passes; used by the loop's thread only.
-    var timerBatchScratch = TimerBatch()
+    @exclusivity(unchecked) var timerBatchScratch = TimerBatch()
     /// Delayed performs not yet run or cancelled (``perform(afterDelay:inModes:_:)``); has its own lock.
     let delayedPerforms = DelayedPerformTable()
 
@@ -80,7 +88,7 @@ public final class PortRunLoop: @unchecked Sendable {
     }
     /// The receive buffer of the loop's innermost run (a nested run has its own while it lasts); touched only by
     /// the loop's thread.
-    var receiveBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: receiveBufferSize, alignment: 16)
+    @exclusivity(unchecked) var receiveBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: receiveBufferSize, alignment: 16)
     /// A receive buffer's size. A larger message is not copied into one: its payload memory is handed over whole
     /// (``takenPayload``), so the buffer never grows.
     static let receiveBufferSize = 4096
@@ -88,14 +96,16 @@ public final class PortRunLoop: @unchecked Sendable {
     /// buffer (empty otherwise): the memory the message came in, handed over (`pl_port_set_receive_queued_payload`),
     /// from which the handler's array is the one copy. Freed once the message is handled or put back; loop's thread
     /// only.
-    var takenPayload = pl_payload_t()
-    /// The batch storage ``handleMessages`` lends itself while it runs; loop's thread only.
-    var spareMessageBatch: MessageBatch?
+    @exclusivity(unchecked) var takenPayload = pl_payload_t()
+    /// The batch storage ``handleMessages`` lends itself while it runs, made at the first batch; loop's thread only.
+    @exclusivity(unchecked) var batchStorage: MessageBatch?
+    /// Whether a run's ``handleMessages`` holds `batchStorage`; loop's thread only.
+    @exclusivity(unchecked) var messageBatchLent = false
     /// libdispatch's main-queue eventfd once looked up, and the main-queue servicing state; main thread only.
-    var mainQueueHandle: Int32 = -1
-    var servicingMainQueue = false
-    var mainQueueServicedLastPass = false
-    var mainQueueSkipThisPass = false
+    @exclusivity(unchecked) var mainQueueHandle: Int32 = -1
+    @exclusivity(unchecked) var servicingMainQueue = false
+    @exclusivity(unchecked) var mainQueueServicedLastPass = false
+    @exclusivity(unchecked) var mainQueueSkipThisPass = false
 
     /// Errors logged so far; lets tests check that misuse is reported exactly once.
     static let loggedErrors = Atomic<Int>(0)
