@@ -108,7 +108,7 @@ public struct PortReceiveRight: ~Copyable, @unchecked Sendable {
         var header = pl_received_t()
         let status = pl_port_receive(port, &header, buffer.baseAddress, buffer.count, try timeout.nanoseconds())
         try PortError.check(status, operation: "receive", size: Int(header.size), limit: buffer.count)
-        return ReceivedMessageHeader(adopting: header)
+        return ReceivedMessageHeader.adopting(header)
     }
 
     /// Receives the next message with its payload memory handed over, not copied into an array or a buffer
@@ -123,6 +123,6 @@ public struct PortReceiveRight: ~Copyable, @unchecked Sendable {
         var raw = pl_payload_t()
         try PortError.check(pl_port_receive_payload(port, &header, &raw, try timeout.nanoseconds()),
                             operation: "receive")
-        return ReceivedBuffer(header: ReceivedMessageHeader(adopting: header), buffer: MessageBuffer(adopting: raw))
+        return ReceivedBuffer(header: ReceivedMessageHeader.adopting(header), buffer: MessageBuffer(adopting: raw))
     }
 }

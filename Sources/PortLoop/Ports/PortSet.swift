@@ -129,7 +129,7 @@ public final class PortSet: @unchecked Sendable {
         let status = pl_port_set_receive(set, &header, buffer.baseAddress, buffer.count, try timeout.nanoseconds())
         try PortError.check(status, operation: "receive", size: Int(header.size), limit: buffer.count)
         if header.kind == PL_RECEIVED_FD { return .readable(fileDescriptor: header.fd) }
-        return .message(ReceivedMessageHeader(adopting: header))
+        return .message(ReceivedMessageHeader.adopting(header))
     }
 
     /// How often receivers went to sleep on this set, and how many wake-ups senders had to write, since it

@@ -62,22 +62,15 @@ public struct ReceivedMessageHeader: Sendable {
     public var sender: SenderIdentity
     /// The rights and descriptors it carried.
     public var attachments: [MessageAttachment]
+}
 
-    init(id: Int32, size: Int, replyPort: PortSendRight?, arrivalPort: PortName, sender: SenderIdentity,
-         attachments: [MessageAttachment]) {
-        self.id = id
-        self.size = size
-        self.replyPort = replyPort
-        self.arrivalPort = arrivalPort
-        self.sender = sender
-        self.attachments = attachments
-    }
-
-    /// Takes over what a received C header owns (its reply right and attachments).
-    init(adopting header: pl_received_t) {
-        self.init(id: header.id, size: Int(header.size), replyPort: header.adoptReplyPort(),
-                  arrivalPort: PortName(rawValue: header.arrival_name), sender: SenderIdentity(header.sender),
-                  attachments: header.adoptAttachments())
+extension ReceivedMessageHeader {
+    /// Takes over what a received C header owns (its reply right and attachments). Made by the memberwise
+    /// initializer, as ``ReceivedMessage`` is, so that it is made once.
+    static func adopting(_ header: pl_received_t) -> ReceivedMessageHeader {
+        ReceivedMessageHeader(id: header.id, size: Int(header.size), replyPort: header.adoptReplyPort(),
+                              arrivalPort: PortName(rawValue: header.arrival_name),
+                              sender: SenderIdentity(header.sender), attachments: header.adoptAttachments())
     }
 }
 
