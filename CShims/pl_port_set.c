@@ -496,7 +496,7 @@ next_ready_port:
         pthread_mutex_unlock(&set->lock);
         return PL_ERR_TIMED_OUT; /* nothing queued: a receive without waiting would find nothing either */
     }
-    if (set->ready_head == NULL || set->fd_ready_head != NULL || set->polling || fd_look_due) {
+    if (set->fd_ready_head != NULL || set->polling || fd_look_due) {
         pthread_mutex_unlock(&set->lock);
         return PL_OK; /* *count 0: something for pl_port_set_receive */
     }

@@ -43,14 +43,9 @@ final class LoopMode {
     @exclusivity(unchecked) var timers = TimerHeap() {
         didSet {
             firstFireDate.store(timers.firstFireDate ?? .max, ordering: .releasing)
-            // Most changes (a sleep's deadline, a fired timer) leave the mode holding timers, or not, as before.
-            if timers.isEmpty != timersWereEmpty {
-                timersWereEmpty = timers.isEmpty
-                noteItemsChanged()
-            }
+            noteItemsChanged()
         }
     }
-    @exclusivity(unchecked) private var timersWereEmpty = true
     /// The earliest timer's fire date (`.max` for none), kept with `timers` and readable without the loop's lock:
     /// most passes have no timer due, and find it out with no lock round.
     let firstFireDate = Atomic<Int64>(.max)
