@@ -360,7 +360,9 @@ pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget,
             break;
         }
         pl_ring_done_reading(ring);
-        if (pl_ring_arm(ring)) continue; /* a record came as we armed: its writer may not ring for it */
+        /* A lookout still looks at the ring, and arms it when it stops (pl_lookout.c). */
+        bool looked_at = atomic_load_explicit(&conn->lookers, memory_order_seq_cst) > 0;
+        if (!looked_at && pl_ring_arm(ring)) continue; /* a record came as we armed: its writer may not ring for it */
         /* Woken for nothing in the ring: the socket, then, which holds nothing but the end, or a packet whose mark
          * the peer put in the ring after this side looked (a mark goes in before its packet is sent): the ring
          * holds it now. A ring still empty means that no mark announced the packet. */

@@ -62,6 +62,7 @@ static void pl_feeder_add(pl_port_set_t *set, pl_conn_t *conn) {
             feeder->next = set->feeders;
             set->feeders = feeder;
             set->feeder_count++;
+            atomic_store_explicit(&set->feeders_watched, set->feeder_count, memory_order_relaxed);
             added = true;
         } else {
             pl_poller_remove_fd(&set->poller, conn->fd); /* watched whole or not at all */
@@ -189,9 +190,7 @@ void pl_feeders_watch_bell(pl_conn_t *conn) {
     free(sets);
 }
 
-/* Whether a connection's ring holds records for its reader (no lock held; false while another thread reads it,
- * unless that reader was left a note to read once more). */
-static bool pl_ring_pending(pl_conn_t *conn) {
+bool pl_ring_pending(pl_conn_t *conn) {
     if (pthread_mutex_trylock(&conn->read_lock) != 0) return false;
     bool pending = conn->ring_reading && !conn->ring_mark && pl_ring_pending_bytes(conn->ring) > 0;
     pthread_mutex_unlock(&conn->read_lock);
@@ -230,6 +229,7 @@ static void pl_feeder_remove(pl_port_set_t *set, pl_conn_t *conn) {
         gone = *link;
         *link = gone->next;
         set->feeder_count--;
+        atomic_store_explicit(&set->feeders_watched, set->feeder_count, memory_order_relaxed);
         if (!gone->detached && conn->fd >= 0) pl_poller_remove_fd(&set->poller, conn->fd);
         /* Removed by hand always: the peer holds the bell open, so closing ours would leave it watched. */
         int bell = atomic_load_explicit(&conn->bell_watched, memory_order_acquire);
@@ -262,6 +262,7 @@ void pl_feeders_detach_set(pl_port_set_t *set) {
     pl_feeder_t *feeders = set->feeders;
     set->feeders = NULL;
     set->feeder_count = 0;
+    atomic_store_explicit(&set->feeders_watched, 0, memory_order_relaxed);
     pthread_mutex_unlock(&set->lock);
     while (feeders != NULL) {
         pl_feeder_t *next = feeders->next;

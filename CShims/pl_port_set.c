@@ -415,12 +415,19 @@ static void pl_poll_and_lock(pl_port_set_t *set, int64_t deadline, bool nonblock
     }
 }
 
+/* Whether the set has something in its poller to look at: descriptors, or connections that feed it (set lock held). */
+static inline bool pl_set_watches_locked(const pl_port_set_t *set) {
+    return set->fd_count > 0 || set->feeder_count > 0;
+}
+
 /* Ends a nonblocking look at the poller (set lock held). A waiter that found the poller taken by it went back to
  * waiting as a follower, and a follower waits for the leader to hand over: with descriptors to watch and
  * nobody left in the poller, one of them must look again and lead. */
 static void pl_end_nonblocking_poll_locked(pl_port_set_t *set) {
     set->polling = false;
-    if (set->sleeping_followers > 0 && set->fd_count > 0) pthread_cond_signal(&set->followers);
+    if (set->sleeping_followers > 0 && pl_set_watches_locked(set)) {
+        pthread_cond_signal(&set->followers);
+    }
 }
 
 /* Takes one message from the first ready port, its payload into buffer or, with `take`, handed over. Called with
@@ -487,7 +494,7 @@ next_ready_port:
     /* Descriptors first, and their periodic look under a flood: both are pl_port_set_receive's business. The
      * batch stops short of the receive that is due to look (counted as if it were full). */
     bool fd_look_due = false;
-    if (set->fd_count > 0 && !counted) {
+    if (pl_set_watches_locked(set) && !counted) {
         uint32_t room = PL_FD_POLL_EVERY - 1 - set->receives_since_fd_poll;
         fd_look_due = set->receives_since_fd_poll + 1 >= PL_FD_POLL_EVERY;
         if (!fd_look_due && max > room) max = room;
@@ -500,7 +507,7 @@ next_ready_port:
         pthread_mutex_unlock(&set->lock);
         return PL_OK; /* *count 0: something for pl_port_set_receive */
     }
-    if (set->fd_count > 0 && !counted) set->receives_since_fd_poll += max;
+    if (pl_set_watches_locked(set) && !counted) set->receives_since_fd_poll += max;
     counted = true;
     pl_membership_t *m = set->ready_head;
     pl_ready_remove(set, m);
@@ -593,8 +600,8 @@ static pl_status_t pl_port_set_receive_looking(pl_port_set_t *set, pl_received_t
     for (;;) {
         if (set->dead) { status = PL_ERR_PORT_DIED; break; }
 
-        /* Under a flood of messages, look at the descriptors now and then. */
-        if (set->fd_count > 0 && set->ready_head != NULL && !set->polling &&
+        /* Under a flood of messages, look at the descriptors (and the connections that feed us) now and then. */
+        if (pl_set_watches_locked(set) && set->ready_head != NULL && !set->polling &&
             ++set->receives_since_fd_poll >= PL_FD_POLL_EVERY) {
             set->receives_since_fd_poll = 0;
             set->polling = true;
@@ -625,8 +632,9 @@ static pl_status_t pl_port_set_receive_looking(pl_port_set_t *set, pl_received_t
         int64_t now = pl_now_ns();
         if (timeout_ns == 0 || now >= deadline) {
             /* A poll, or a deadline that passed before this receive slept in the poller (1 ns, or a thread
-             * preempted): look at the descriptors once, as a leader's sleep would have. */
-            if (look && !polled_once && !was_leader && set->fd_count > 0 && !set->polling) {
+             * preempted): look at the descriptors, and at the sockets and bells of the connections that feed us,
+             * once, as a leader's sleep would have. */
+            if (look && !polled_once && !was_leader && pl_set_watches_locked(set) && !set->polling) {
                 polled_once = true;
                 set->polling = true;
                 pthread_mutex_unlock(&set->lock);
@@ -646,7 +654,7 @@ static pl_status_t pl_port_set_receive_looking(pl_port_set_t *set, pl_received_t
             pl_feeders_pump_pending_locked(set);
             continue;
         }
-        if (!set->polling && (set->fd_count > 0 || set->feeder_count > 0 || deadline != INT64_MAX)) {
+        if (!set->polling && (pl_set_watches_locked(set) || deadline != INT64_MAX)) {
             /* Become the leader: sleep in the poller until a wake-up, a descriptor or the deadline. */
             set->polling = true;
             was_leader = true;

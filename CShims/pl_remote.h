@@ -183,6 +183,7 @@ struct pl_conn {
     uint64_t packets_read;    /* by whoever read (read_lock: every reader holds it); ring records count as packets */
     atomic_bool read_again;   /* a reader found read_lock taken: its holder reads once more before it goes */
     atomic_uint_fast64_t set_packets_read; /* by the sets it feeds: the transport sees whether they keep up */
+    atomic_uint lookers;      /* receivers polling its ring without sleeping (pl_lookout.c): no reader arms it */
 
     pthread_mutex_t lock;
     pthread_cond_t changed;   /* credit came, the connection died, the handshake finished */

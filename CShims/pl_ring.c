@@ -79,8 +79,13 @@ struct pl_ring {
 
 static uint32_t pl_align8(uint32_t n) { return (n + 7u) & ~7u; }
 
+static atomic_uint_fast64_t pl_bells_rung;
+
+uint64_t pl_remote_ring_bells(void) { return atomic_load_explicit(&pl_bells_rung, memory_order_relaxed); }
+
 static void pl_ring_bell_ring(int fd) {
     if (fd < 0) return;
+    atomic_fetch_add_explicit(&pl_bells_rung, 1, memory_order_relaxed);
     char one = 1;
     ssize_t n;
     do { n = write(fd, &one, 1); } while (n < 0 && errno == EINTR);
@@ -434,6 +439,10 @@ bool pl_ring_arm(pl_ring_t *ring) {
     if (++ring->arms % PL_BELL_DRAIN_EVERY == 0) pl_ring_bell_drain(ring->bell);
     atomic_store_explicit(&ring->in->reader_armed, 1, memory_order_seq_cst);
     return atomic_load_explicit(&ring->in->tail, memory_order_seq_cst) != ring->in_head;
+}
+
+void pl_ring_disarm(pl_ring_t *ring) {
+    atomic_store_explicit(&ring->in->reader_armed, 0, memory_order_seq_cst);
 }
 
 uint32_t pl_ring_pending_bytes(pl_ring_t *ring) {

@@ -587,6 +587,33 @@ pl_status_t pl_port_set_receive_batch_taking(pl_port_set_t *set, pl_received_t *
  *  leaves the lock's cache line to the senders. */
 uint32_t pl_port_set_ready_marks(pl_port_set_t *set);
 
+/** The most connections a lookout looks at; the rings of any more that feed a set wake it as when it sleeps. */
+#define PL_LOOKOUT_MAX 8
+
+/** A receiver's look at the shared-memory rings that feed a set from other processes, while it polls the set
+ *  without sleeping (no Mach equivalent). Filled by pl_port_set_lookout_begin; the receiver's alone. */
+typedef struct pl_port_set_lookout {
+    uint32_t count;
+    void *conns[PL_LOOKOUT_MAX];
+} pl_port_set_lookout_t;
+
+/**
+ * Before a receiver polls `set` in a loop without sleeping (with pl_port_set_ready_marks and receives that do not
+ * wait): it looks at the rings of the connections from other processes whose messages go to the set's ports, so
+ * that their writers put records there without ringing it (a system call on each side), and
+ * pl_port_set_lookout_read takes what comes. Costs nothing when no such connection feeds the set. Every lookout
+ * begun must be ended with pl_port_set_lookout_end before the receiver sleeps or goes on to other work: until
+ * then, records that arrive for other sets' ports wait for this receiver's next read too.
+ */
+void pl_port_set_lookout_begin(pl_port_set_t *set, pl_port_set_lookout_t *lookout);
+
+/** Reads the lookout's rings that hold records: their messages are queued on their ports, the set's among them
+ *  (its ready marks change). Returns how many rings it read. */
+uint32_t pl_port_set_lookout_read(pl_port_set_t *set, pl_port_set_lookout_t *lookout);
+
+/** Ends the lookout: the rings' writers ring again for their next record, and what came meanwhile is read. */
+void pl_port_set_lookout_end(pl_port_set_t *set, pl_port_set_lookout_t *lookout);
+
 /** How many times receivers on this set have gone to sleep and how many wake-ups senders have made (eventfd
  *  writes to a receiver in the base, signals to one waiting on the set's condition variable), since creation.
  *  For tests and benchmarks of wake-up coalescing. */
@@ -727,6 +754,11 @@ uint64_t pl_remote_packed_frames(void);
 /** How many times, since it started, this process's transport thread left a connection's stream to the run loops
  *  it feeds for a while (a rest) instead of reading it too. A statistic, for tests and benchmarks. */
 uint64_t pl_remote_transport_rests(void);
+
+/** How many times, since it started, this process rang the bell of a shared-memory ring's other side (a write to
+ *  a pipe): to wake a reader that had stopped looking, or a writer waiting for room. A statistic, for tests and
+ *  benchmarks. */
+uint64_t pl_remote_ring_bells(void);
 
 /* ------------------------------------------------------------------------------------------------ */
 /* The main dispatch queue (libdispatch's hooks for CoreFoundation)                                   */

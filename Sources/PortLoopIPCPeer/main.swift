@@ -2,7 +2,7 @@
 // DIR "-" stands for PortNamespace.standard. It prints `ready <pid>` once it can be reached (or has its right), then one line per result, and exits 0 on
 // success or 1 with `fail <why>`. Roles:
 //
-//   serve DIR NAME [QLIMIT [MAXSIZE]] [--paused] [--activated] [--refuse]
+//   serve DIR NAME [QLIMIT [MAXSIZE]] [--paused] [--activated] [--refuse] [--spin]
 //       checks NAME in and serves it on the main run loop. Message ids: 1 echo (reply: the payload);
 //       2 call back (the first attachment is a send right: a message id 3 with the payload goes to it, then the
 //       echo); 4 read a descriptor (the first attachment: reply with the bytes read from it); 5 who am I (reply:
@@ -15,7 +15,8 @@
 //       the reply right, in a message id 114 to the first attachment, a send right; no answer of its own).
 //       --paused: the loop starts only when a line arrives on stdin. --activated: LISTEN_PID is this process
 //       (a test's stand-in for systemd, which sets it after fork). --refuse: a policy that admits nobody (not even
-//       this user or root), so every look-up is refused.
+//       this user or root), so every look-up is refused. --spin: the loop polls for the longest spin allowed
+//       before it sleeps (PortRunLoop.maxSpinBeforeSleeping), the low-latency mode.
 //   client DIR NAME THREADS COUNT [--fds] [--large] [--medium] [--stay]
 //       looks NAME up; THREADS threads each send COUNT messages id 8 with payload "pid thread seq", waiting
 //       forever for room; prints `sent N` when all are sent. --fds: every third message (seq divisible by 3)
@@ -260,6 +261,7 @@ case "serve":
         }
     }
     do { try loop.add(source, mode: .default) } catch { fail("add: \(error)") }
+    if flags.contains("--spin") { loop.spinBeforeSleeping = PortRunLoop.maxSpinBeforeSleeping }
     say("ready \(getpid())")
     if flags.contains("--paused") { _ = readLine() }
     while true {

@@ -13,7 +13,8 @@ import PortLoop
 /// returns the 8-byte payload as its `PortReply`. This process looks the service up and bounces one token:
 /// from a loop thread whose `RunLoopPortSource` sends the next request with its own port as the reply port
 /// (both ends Source1); from a plain thread calling `request()` in a loop; and from a plain thread that sends
-/// with a reply port of its own and waits in `receive(into:)`. Floor, in the same rounds: two processes
+/// with a reply port of its own and waits in `receive(into:)`. Last, the Source1 ping-pong with both loops in
+/// the low-latency mode (each polls for 200 µs before it sleeps). Floor, in the same rounds: two processes
 /// (fork) ping-ponging 8-byte packets with blocking send/recv on a SOCK_SEQPACKET socketpair.
 let ipcPingPongScenario = Scenario(
     name: "ipc-pingpong",
@@ -26,10 +27,11 @@ let ipcPingPongScenario = Scenario(
     let broken = BrokenRuns()
     let (sourceVariant, requestVariant, receiveVariant) = ("Source1", "request()", "send + receive(into:)")
     let socketVariant = "Source1, socket only"
+    let spinVariant = "Source1, spin 200 µs"
     let samples = checkingDescriptors("ipc-pingpong") {
         measureInterleaved(runs: settings.runs, series: [
             "loop: Source1", "ports: request()", "ports: send + receive", "loop: Source1, socket only",
-            "seqpacket floor",
+            "seqpacket floor", "loop: Source1, spin 200 µs",
         ], [
             {
                 broken.retrying(sourceVariant) {
@@ -53,6 +55,13 @@ let ipcPingPongScenario = Scenario(
             },
             { floorNanoseconds("seqpacket ping-pong", bf_seqpacket_pingpong(UInt64(warmup), UInt64(roundTrips)),
                                per: roundTrips) },
+            {
+                broken.retrying(spinVariant) {
+                    withEchoChild(spin: lowLatencySpin) {
+                        ipcLoopPingPong($0, warmup: warmup, roundTrips: roundTrips, spin: lowLatencySpin)
+                    }
+                }
+            },
         ])
     }
     let unit = "ns/round trip"
@@ -66,7 +75,9 @@ let ipcPingPongScenario = Scenario(
             sample: samples[3], unit: unit),
         Row(.floor, "C floor: SOCK_SEQPACKET socketpair, two processes, blocking send/recv", sample: samples[4],
             unit: unit, short: "seqpacket"),
-    ].withPeerRatios() + [sourceVariant, requestVariant, receiveVariant, socketVariant].map { variant in
+        Row(.ours, "loop: Source1 port → Source1 service in another process, both loops in low-latency mode (spin 200 µs)",
+            sample: samples[5], unit: unit),
+    ].withPeerRatios() + [sourceVariant, requestVariant, receiveVariant, socketVariant, spinVariant].map { variant in
         Row(.counter, "runs repeated, the connection to the child broke: \(variant)",
             value: Double(broken.counts[variant] ?? 0), unit: "runs", decimals: 0)
     }
@@ -145,13 +156,15 @@ func primeCrossProcess() {
     }
 }
 
-/// Starts an echo child (``ChildEchoService``) whose port takes `maxMessageSize` bytes, runs `body` with a right
+/// Starts an echo child (``ChildEchoService``) whose port takes `maxMessageSize` bytes and whose loop spins for
+/// `spin` before it sleeps, runs `body` with a right
 /// to its service, then ends the child and cleans up. Every copy of the right `body` made is gone when it
 /// returns, so that the connection can go. Returns nil, whatever `body` returned, when the connection broke
 /// meanwhile.
 @discardableResult
-func withEchoChild(maxMessageSize: Int = 8, _ body: (PortSendRight) -> Double?) -> Double? {
-    let echo = ChildEchoService(maxMessageSize: maxMessageSize)
+func withEchoChild(maxMessageSize: Int = 8, spin: Duration = .zero,
+                   _ body: (PortSendRight) -> Double?) -> Double? {
+    let echo = ChildEchoService(maxMessageSize: maxMessageSize, spin: spin)
     let result = body(echo.right)
     let broken = echo.isBroken
     echo.finish("ipc-pingpong")
@@ -186,10 +199,11 @@ final class RequestPayload: @unchecked Sendable {
 /// One Source1 ping-pong run across processes: as ``loopSource1PingPong(warmup:roundTrips:spin:)`` with B being
 /// the child's echo service. A's loop sends round trip 0 before it starts running; every request carries A's
 /// port as its reply port and `size` bytes (8 in ipc-pingpong; the service's port must take them); A's handler
-/// starts the clock after `warmup` answers and stops its loop at the last. `allocations`, when given, counts
+/// starts the clock after `warmup` answers and stops its loop at the last. `spin` is A's
+/// ``PortRunLoop/spinBeforeSleeping`` (the child's is its own, ``ChildEchoService``'s). `allocations`, when given, counts
 /// this process's allocations over the timed round trips. Returns nanoseconds per round trip, or nil when the
 /// connection broke (this thread looks once a second and then stops A's loop).
-func ipcLoopPingPong(_ service: PortSendRight, warmup: Int, roundTrips: Int, size: Int = 8,
+func ipcLoopPingPong(_ service: PortSendRight, warmup: Int, roundTrips: Int, size: Int = 8, spin: Duration = .zero,
                      allocations: AllocationWindow? = nil) -> Double? {
     let payload = RequestPayload(size: size)
     let portA = must("port A") { () throws(PortError) in try PortReceiveRight(maxMessageSize: size) }
@@ -217,6 +231,7 @@ func ipcLoopPingPong(_ service: PortSendRight, warmup: Int, roundTrips: Int, siz
         return nil
     }
     let threadA = LoopThread { loop in
+        loop.spinBeforeSleeping = spin
         mustLoop("add source A") { () throws(RunLoopError) in try loop.add(sourceA, mode: .default) }
         clock.start = bf_now_ns() // replaced after the warm-up, if any
         clock.lap(0, warmup: warmup)

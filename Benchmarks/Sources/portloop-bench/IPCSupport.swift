@@ -203,9 +203,12 @@ final class ChildEchoService {
     let child: BenchChild
     private(set) var service: PortSendRight?
 
-    /// `maxMessageSize`: the service port's (the payload the run bounces; 8 for ipc-pingpong).
-    init(maxMessageSize: Int = 8) {
-        child = BenchChild(role: "echo", [space.path, ipcServiceName, "\(maxMessageSize)"])
+    /// `maxMessageSize`: the service port's (the payload the run bounces; 8 for ipc-pingpong). `spin`: the
+    /// child's loop's ``PortRunLoop/spinBeforeSleeping``.
+    init(maxMessageSize: Int = 8, spin: Duration = .zero) {
+        let (seconds, attoseconds) = spin.components
+        let spinArguments = spin == .zero ? [] : ["--spin", "\(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)"]
+        child = BenchChild(role: "echo", [space.path, ipcServiceName, "\(maxMessageSize)"] + spinArguments)
         guard let line = child.readLine(within: 30), line.hasPrefix("ready") else {
             child.finish(within: 0)
             space.remove("ipc child")
@@ -279,7 +282,8 @@ func waitForNoConnections(_ scenario: String) {
 /// - `echo` (`COUNT` is the maximum message size here, 8 when absent): checks NAME in and serves it with a
 ///   `RunLoopPortSource` on the main run loop: ``IPCMessage/data`` is answered with its payload (the handler's
 ///   `PortReply` goes to the message's reply port), ``IPCMessage/stop`` stops the loop; the process then exits 0.
-///   It writes `ready PID` to standard output once the name is checked in.
+///   It writes `ready PID` to standard output once the name is checked in. `--spin NANOSECONDS` sets the loop's
+///   ``PortRunLoop/spinBeforeSleeping``.
 /// - `send`: looks NAME up, makes a ``IPCMessage/warmUp`` request, takes the clock, sends COUNT ``IPCMessage/data``
 ///   messages of SIZE bytes (8 when absent; timeout `.forever`; the first 8 bytes of the first carry the clock,
 ///   of the others their index), then makes a ``IPCMessage/done`` request and exits 0. THRESHOLD, when given,
@@ -308,7 +312,15 @@ func runIPCChild(_ arguments: [String]) -> Never {
             printError("echo: the maximum message size must be a number of at least 8")
             exit(2)
         }
-        serveEcho(namespace, name, maxMessageSize: size)
+        var spin = Duration.zero
+        if let at = arguments.firstIndex(of: "--spin") {
+            guard at + 1 < arguments.count, let nanoseconds = Int64(arguments[at + 1]), nanoseconds >= 0 else {
+                printError("echo: --spin takes a number of nanoseconds")
+                exit(2)
+            }
+            spin = .nanoseconds(nanoseconds)
+        }
+        serveEcho(namespace, name, maxMessageSize: size, spin: spin)
     case "send":
         dup2(STDERR_FILENO, STDOUT_FILENO)
         guard arguments.count >= 5, let count = Int(arguments[4]), count > 0 else {
@@ -337,12 +349,13 @@ func childSay(_ text: String) {
 
 /// The `echo` role. Returns when stopped, after dropping the source and with it the port (which withdraws the
 /// name and removes its socket file).
-private func serveEcho(_ namespace: PortNamespace, _ name: String, maxMessageSize: Int) {
+private func serveEcho(_ namespace: PortNamespace, _ name: String, maxMessageSize: Int, spin: Duration) {
     let port = must("checkIn") { () throws(PortError) in
         try namespace.checkIn(name, queueLimit: 64, maxMessageSize: maxMessageSize)
     }
     let source = echoPortSource(port)
     let loop = PortRunLoop.current
+    loop.spinBeforeSleeping = spin
     mustLoop("add source") { () throws(RunLoopError) in try loop.add(source, mode: .default) }
     childSay("ready \(getpid())")
     // From here on standard output is standard error: PortLoop logs (swift-log's default handler writes to

@@ -168,6 +168,10 @@ public struct CrossProcessStatistics: Sendable, Hashable {
     public let transportRests: Int
     /// Connections whose peer's messages come through a shared-memory ring (see ``SharedRingPolicy``).
     public let sharedRingConnections: Int
+    /// How many times, since it started, this process woke the other side of a shared-memory ring, a system call
+    /// each: a reader that had stopped looking, or a writer waiting for room. A reader still at work costs its
+    /// writers none, nor does a loop polling in the low-latency mode (``PortRunLoop/spinBeforeSleeping``).
+    public let sharedRingWakeUps: Int
 
     /// The counts now.
     public static var current: CrossProcessStatistics {
@@ -176,6 +180,7 @@ public struct CrossProcessStatistics: Sendable, Hashable {
         return CrossProcessStatistics(connections: Int(connections), exportedRights: Int(exports),
                                       importedRights: Int(imports), packedFramesReceived: Int(pl_remote_packed_frames()),
                                       transportRests: Int(pl_remote_transport_rests()),
-                                      sharedRingConnections: Int(pl_remote_ring_count()))
+                                      sharedRingConnections: Int(pl_remote_ring_count()),
+                                      sharedRingWakeUps: Int(pl_remote_ring_bells()))
     }
 }

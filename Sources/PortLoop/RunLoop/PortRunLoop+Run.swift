@@ -202,8 +202,14 @@ extension PortRunLoop {
         if !timerDue { now = monotonicNanoseconds() }
         let spinUntil = min(until, now.addingClamped(spin))
         // Between full polls (which look at the descriptors too, a system call when there are any), the spin
-        // reads the set's ready marks, with no lock, and receives only when a port became ready.
+        // reads the set's ready marks, with no lock, and receives only when a port became ready. The shared-memory
+        // rings of connections from other processes that feed the set, it reads itself: their writers, finding it
+        // looking, put messages there without waking anyone.
         let set = state.portSet.set
+        var lookout = pl_port_set_lookout_t()
+        pl_port_set_lookout_begin(set, &lookout)
+        defer { pl_port_set_lookout_end(set, &lookout) }
+        let readsRings = lookout.count > 0
         var marks = pl_port_set_ready_marks(set)
         var nextFullPoll = now
         var turns = 0
@@ -213,6 +219,7 @@ extension PortRunLoop {
                 if status != PL_ERR_TIMED_OUT { return status }
                 nextFullPoll = now.addingClamped(Self.spinFullPollInterval)
             }
+            if readsRings { _ = pl_port_set_lookout_read(set, &lookout) }
             let current = pl_port_set_ready_marks(set)
             if current != marks {
                 marks = current
