@@ -48,6 +48,11 @@ def block(side):
     return bytes([6 | side])
 
 
+def disarm(side):
+    """The side looks at its ring without sleeping (a polling loop): the peer's puts ring no bell."""
+    return bytes([7 | side])
+
+
 def record_header(length, kind, reserved=0):
     return struct.pack("<IHH", length, kind, reserved)
 
@@ -84,6 +89,11 @@ seeds = {
     # rings, and the bell is emptied all the same.
     "rung-by-lies": (add(C2S_ARMED, 1) + put(CLIENT, 8) + add(C2S_WAITING, 1) + done(SERVICE) + arm(CLIENT)
                      + arm(SERVICE)) * 300,
+    # A polling reader: disarmed, it takes what comes, rung by nothing, and arms again when it stops looking (the
+    # pad included: a reader that looks needs no bell for it).
+    "polling-reader": sleep(CLIENT) + disarm(CLIENT) + (put(SERVICE, 100) + take(CLIENT) + done(CLIENT)) * 20
+    + put(SERVICE, 65528) + put(SERVICE, 65536) + take(CLIENT) + done(CLIENT) + put(SERVICE, 65536) + arm(CLIENT)
+    + sleep(CLIENT) + put(SERVICE, 8) + sleep(CLIENT),
     "tail-past-the-ring": ONE + add(S2C_TAIL, 0x20000) + take(CLIENT),
     "tail-misaligned": ONE + add(S2C_TAIL, 4) + take(CLIENT),
     "tail-behind-the-head": ONE + take(CLIENT) + add(S2C_TAIL, -8) + take(CLIENT),

@@ -9,8 +9,8 @@
  *   input := op*
  *   op    := code:u8 args
  *
- * code bits 0-6 (% 7) say what is done, bit 7 by which side (0 the client, 1 the service) for put, take, done,
- * arm and block:
+ * code bits 0-6 (% 8) say what is done, bit 7 by which side (0 the client, 1 the service) for put, take, done,
+ * arm, block and disarm:
  *
  *   0 poke  region:u8 offset:u24le n:u8 bytes[n]  the fuzzer writes bytes into the memory: region % 3 is the header
  *                                                 page, the client's incoming records or the service's
@@ -26,6 +26,7 @@
  *   6 block                                       the side's bell (its description, which the peer shares)
  *                                                 made blocking, or nonblocking again: the peer can, and it
  *                                                 changes nothing
+ *   7 disarm                                      pl_ring_disarm: the side looks at its ring (a polling loop)
  *
  * A bell is never read here, as in a connection: a ring is a byte in the pipe, counted with FIONREAD, and the ring
  * empties it itself every 256th arm of its side. A poke or add that changes a byte is the hostile peer at work;
@@ -37,7 +38,7 @@
  *     number at most PL_RING_BYTES / 8 (a record takes 8 bytes at least): a take cannot loop;
  *   - before any hostile change: every record comes out as it went in, in order, and EMPTY only when none waits;
  *     puts are never CORRUPT, takes never BROKEN; a reader that armed and then finds bytes waiting had its bell
- *     rung; a writer that got FULL has its bell rung by the reader's next done;
+ *     rung; a reader that disarmed, until it arms again, has its bell rung by no put; a writer that got FULL has its bell rung by the reader's next done;
  *   - always: a bell only fills between its side's arms, each 256th of which leaves it empty, whether its
  *     description blocks or not; no operation blocks (a 10 s timer per input aborts, rather than libFuzzer's
  *     timeout after 20 minutes).
@@ -81,6 +82,7 @@ typedef struct {
     uint32_t next_seq;     /* of this side's next put */
     uint32_t streak;       /* takes that found something since anyone else last wrote */
     bool idle;             /* armed, found nothing, not taken since */
+    bool looking;          /* disarmed, not armed since: the peer's puts ring no bell */
     bool full;             /* a put got FULL: the peer's next done rings this side's bell */
     uint64_t banked;       /* rings counted off this side's bell since it armed (rings for room as well) */
     uint32_t bell_seen;    /* the bytes its bell held when last counted */
@@ -156,12 +158,14 @@ static void put(side_t *writer, side_t *reader, bool hostile, uint32_t flags, ui
     length = PL_WIRE_HEADER_SIZE + length % (PL_WIRE_MAX_FRAME - PL_WIRE_HEADER_SIZE + 1);
     size_t head_length = (size_t)length * split / 255;
     const uint8_t *bytes = content(writer->next_seq);
+    uint32_t bell_before = bell_bytes(reader);
     pl_ring_put_result_t result = pl_ring_put(writer->ring, bytes, head_length, bytes + head_length,
                                               length - head_length, mark); /* a mark ignores the bytes */
     if (mark) length = UINT32_MAX;
     if (trace) fprintf(stderr, "  put %s %u: %s\n", mark ? "mark" : "packet", mark ? 0 : length,
                        result == PL_RING_PUT ? "put" : result == PL_RING_FULL ? "full" : "corrupt");
     reader->streak = 0; /* even FULL may have put a pad in */
+    CHECK(hostile || !reader->looking || bell_bytes(reader) == bell_before);
     if (result == PL_RING_CORRUPT) {
         CHECK(hostile);
         writer->broken = true;
@@ -263,7 +267,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint32_t code, a, b, c, d;
     while (!(client->broken && service->broken) && field(data, size, &at, 1, &code)) {
         side_t *self = &sides[code >> 7], *peer = &sides[!(code >> 7)];
-        switch ((code & 0x7f) % 7) {
+        switch ((code & 0x7f) % 8) {
         case 0: { /* poke */
             if (!field(data, size, &at, 1, &a) || !field(data, size, &at, 3, &b) || !field(data, size, &at, 1, &c))
                 goto end;
@@ -329,6 +333,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             self->bell_seen = left;
             CHECK(hostile || d || self->in.count == 0);
             self->idle = !d;
+            self->looking = false;
             break;
         }
         case 6: { /* block */
@@ -339,6 +344,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                flags & O_NONBLOCK ? "blocking" : "nonblocking");
             break;
         }
+        case 7: /* disarm */
+            if (self->broken) break;
+            pl_ring_disarm(self->ring);
+            if (trace) fprintf(stderr, "%s: disarm\n", self == client ? "client" : "service");
+            self->idle = false;
+            self->looking = true;
+            break;
         }
         CHECK(pl_ring_pending_bytes(client->ring) <= PL_RING_BYTES);
         CHECK(pl_ring_pending_bytes(service->ring) <= PL_RING_BYTES);

@@ -96,18 +96,15 @@ final class LatencyHistograms: @unchecked Sendable {
     }
 }
 
-/// `measureInterleaved`, recording each variant's round trips into the series of the same index.
+/// `measureInterleaved`, recording each variant's round trips into the series of the same index (but for its
+/// first run, the discarded warm-up). Counted per variant: `--variants` runs only some.
 func measureInterleaved(runs: Int, series: [String], _ variants: [() -> Double]) -> [Sample] {
     precondition(series.count == variants.count, "one series name per variant")
-    var round = 0
-    var index = 0
-    let wrapped = variants.map { variant in
+    var runsMade = [Int](repeating: 0, count: variants.count)
+    let wrapped = variants.indices.map { index in
         { () -> Double in
-            defer {
-                index += 1
-                if index == variants.count { index = 0; round += 1 }
-            }
-            return LatencyHistograms.shared.measuring(series[index], record: round > 0, variant)
+            defer { runsMade[index] += 1 }
+            return LatencyHistograms.shared.measuring(series[index], record: runsMade[index] > 0, variants[index])
         }
     }
     return measureInterleaved(runs: runs, wrapped)
