@@ -190,7 +190,9 @@ void pl_feeders_watch_bell(pl_conn_t *conn) {
     free(sets);
 }
 
-bool pl_ring_pending(pl_conn_t *conn) {
+/* Whether a connection's ring holds records for its reader (no lock held; false while another thread reads it,
+ * unless that reader was left a note to read once more). */
+static bool pl_ring_pending(pl_conn_t *conn) {
     if (pthread_mutex_trylock(&conn->read_lock) != 0) return false;
     bool pending = conn->ring_reading && !conn->ring_mark && pl_ring_pending_bytes(conn->ring) > 0;
     pthread_mutex_unlock(&conn->read_lock);

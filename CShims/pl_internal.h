@@ -197,6 +197,7 @@ struct pl_port_set {
     atomic_uint feeders_watched; /* feeder_count, readable without the lock (a lookout that finds 0 takes no lock) */
     bool pumping;             /* the leader is reading a feeder: what it delivers needs no wake-up */
     atomic_uint ready_marks;  /* bumped when a port joins the ready FIFO; read without the lock by spinners */
+    atomic_bool batch_must_lock; /* dead, or ready_head or fd_ready_head set: a batch that finds it clear takes no lock */
 };
 
 /* ---- feeders (pl_feeder.c) ---- */
@@ -209,9 +210,6 @@ uint32_t pl_feeders_collect_locked(pl_port_set_t *set, const uint64_t *ids, uint
  * left (the transport, handing a flood over) bring no bell: whoever sleeps must look first. The set lock may be let go
  * meanwhile, so the caller looks at the ready FIFO again. */
 void pl_feeders_pump_pending_locked(pl_port_set_t *set);
-/* Whether a connection's ring holds records for its reader (no lock held; false while another thread reads it,
- * unless that reader was left a note to read once more). */
-bool pl_ring_pending(struct pl_conn *conn);
 /* Reads what a feeder has for us (the set's leader, no lock held); releases the reference. */
 void pl_feeder_pump(pl_port_set_t *set, struct pl_conn *conn);
 /* The set is destroyed: every connection it watches forgets it. */

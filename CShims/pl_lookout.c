@@ -9,8 +9,9 @@
  *
  * The rule that keeps records from being stranded: a ring may be unarmed only while someone looks at it. Every
  * reader that empties a ring arms it unless a lookout is registered on the connection (`lookers`); the last
- * lookout to leave arms it, and reads what came meanwhile. A reader that emptied the ring just before the lookout
- * registered may have armed it: the writer then rings once, which costs time, not a record.
+ * lookout to leave arms it, and reads what came meanwhile. A reader that emptied the ring just as a lookout
+ * registered may arm it behind the lookout's back (the transport thread, woken by a control frame that found the
+ * ring armed between two polls): each look of the lookout takes the arm back, so that this costs at most one bell.
  *
  * Records for other sets' ports are read too and queued on those ports, as the transport would: a lookout ends
  * when its receiver stops polling, so none waits on it for longer than its poll lasts.
@@ -37,11 +38,26 @@ void pl_port_set_lookout_begin(pl_port_set_t *set, pl_port_set_lookout_t *lookou
     }
 }
 
+/* Whether `conn`'s ring holds records (or another reader left a note to read once more), taking the arm back if a
+ * reader armed it. */
+static bool pl_lookout_look(pl_conn_t *conn) {
+    if (pthread_mutex_trylock(&conn->read_lock) != 0) {
+        return atomic_load_explicit(&conn->read_again, memory_order_seq_cst);
+    }
+    bool pending = false;
+    if (conn->ring_reading) {
+        pl_ring_disarm(conn->ring);
+        pending = !conn->ring_mark && pl_ring_pending_bytes(conn->ring) > 0;
+    }
+    pthread_mutex_unlock(&conn->read_lock);
+    return pending || atomic_load_explicit(&conn->read_again, memory_order_seq_cst);
+}
+
 uint32_t pl_port_set_lookout_read(pl_port_set_t *set, pl_port_set_lookout_t *lookout) {
     uint32_t read = 0;
     for (uint32_t i = 0; i < lookout->count; i++) {
         pl_conn_t *conn = lookout->conns[i];
-        if (!pl_ring_pending(conn)) continue;
+        if (!pl_lookout_look(conn)) continue;
         pl_conn_retain(conn); /* the pump lets go of one */
         pl_feeder_pump(set, conn);
         read++;

@@ -16,6 +16,13 @@
  * cannot starve a descriptor member. */
 #define PL_FD_POLL_EVERY 64u
 
+/* Publishes whether a batch receive must take the lock (something is ready, or the set was destroyed), for its look
+ * without it; after every change of either (set lock held). */
+static inline void pl_ready_note(pl_port_set_t *set) {
+    atomic_store_explicit(&set->batch_must_lock, set->dead || set->ready_head != NULL || set->fd_ready_head != NULL,
+                          memory_order_relaxed);
+}
+
 /* ---- lifetime -------------------------------------------------------------------------------------- */
 
 static void pl_port_set_free(pl_port_set_t *set) {
@@ -93,6 +100,7 @@ pl_status_t pl_port_set_destroy(pl_port_set_t *set) {
     for (pl_fd_member_t *f = fds; f != NULL; f = f->next_member) pl_poller_remove_fd(&set->poller, f->fd);
     set->fds = NULL;
     set->fd_ready_head = set->fd_ready_tail = NULL;
+    pl_ready_note(set);
     set->fd_count = 0;
     pthread_mutex_unlock(&set->lock);
 
@@ -124,6 +132,7 @@ static void pl_ready_push(pl_port_set_t *set, pl_membership_t *m, bool at_head) 
         if (set->ready_tail) set->ready_tail->next_ready = m; else set->ready_head = m;
         set->ready_tail = m;
     }
+    pl_ready_note(set);
 }
 
 static void pl_ready_remove(pl_port_set_t *set, pl_membership_t *m) {
@@ -132,6 +141,7 @@ static void pl_ready_remove(pl_port_set_t *set, pl_membership_t *m) {
     if (m->next_ready) m->next_ready->prev_ready = m->prev_ready; else set->ready_tail = m->prev_ready;
     m->prev_ready = m->next_ready = NULL;
     m->in_ready = false;
+    pl_ready_note(set);
 }
 
 static void pl_wake_list_add(pl_wake_list_t *wakes, pl_port_set_t *set, uint8_t action) {
@@ -354,6 +364,7 @@ pl_status_t pl_port_set_extract_fd(pl_port_set_t *set, int fd) {
             while (*r != member) { prev = *r; r = &(*r)->next_ready; }
             *r = member->next_ready;
             if (set->fd_ready_tail == member) set->fd_ready_tail = prev;
+            pl_ready_note(set);
         }
     }
     pthread_mutex_unlock(&set->lock);
@@ -412,6 +423,7 @@ static void pl_poll_and_lock(pl_port_set_t *set, int64_t deadline, bool nonblock
         member->next_ready = NULL;
         if (set->fd_ready_tail) set->fd_ready_tail->next_ready = member; else set->fd_ready_head = member;
         set->fd_ready_tail = member;
+        pl_ready_note(set);
     }
 }
 
@@ -489,6 +501,9 @@ pl_status_t pl_port_set_receive_batch_taking(pl_port_set_t *set, pl_received_t *
 
     bool counted = false;
 next_ready_port:
+    /* Nothing queued, as far as a look without the lock can tell: a message queued meanwhile is the next receive's,
+     * as one queued just after the lock was let go would be. This thread's own sends it sees. */
+    if (!atomic_load_explicit(&set->batch_must_lock, memory_order_relaxed)) return PL_ERR_TIMED_OUT;
     pthread_mutex_lock(&set->lock);
     if (set->dead) { pthread_mutex_unlock(&set->lock); return PL_ERR_INVALID_NAME; }
     /* Descriptors first, and their periodic look under a flood: both are pl_port_set_receive's business. The
@@ -614,6 +629,7 @@ static pl_status_t pl_port_set_receive_looking(pl_port_set_t *set, pl_received_t
             pl_fd_member_t *member = set->fd_ready_head;
             set->fd_ready_head = member->next_ready;
             if (set->fd_ready_head == NULL) set->fd_ready_tail = NULL;
+            pl_ready_note(set);
             member->ready = false;
             out->kind = PL_RECEIVED_FD;
             out->fd = member->fd;

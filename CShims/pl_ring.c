@@ -442,7 +442,10 @@ bool pl_ring_arm(pl_ring_t *ring) {
 }
 
 void pl_ring_disarm(pl_ring_t *ring) {
-    atomic_store_explicit(&ring->in->reader_armed, 0, memory_order_seq_cst);
+    /* Looked at first: a lookout calls this on every turn, and a store would take the line from the writer each time. */
+    if (atomic_load_explicit(&ring->in->reader_armed, memory_order_relaxed) != 0) {
+        atomic_store_explicit(&ring->in->reader_armed, 0, memory_order_seq_cst);
+    }
 }
 
 uint32_t pl_ring_pending_bytes(pl_ring_t *ring) {

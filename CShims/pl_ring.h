@@ -105,8 +105,8 @@ void pl_ring_done_reading(pl_ring_t *ring);
  * when a record came meanwhile (take it: the bell may not ring for it). */
 bool pl_ring_arm(pl_ring_t *ring);
 
-/* A reader that goes on looking (a lookout, pl_lookout.c) takes the arm back: the writer puts records without
- * ringing, and the reader must arm again (pl_ring_arm) before it stops looking. */
+/* A reader that goes on looking (a lookout, pl_lookout.c) takes the arm back, if it is set: the writer puts records
+ * without ringing, and the reader must arm again (pl_ring_arm) before it stops looking. */
 void pl_ring_disarm(pl_ring_t *ring);
 
 /* Records the peer has put and this side has not taken, as far as the shared indices say (a statistic; 0 when

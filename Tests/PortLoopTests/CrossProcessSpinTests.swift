@@ -25,16 +25,22 @@ struct CrossProcessSpinTests {
 
         // Each request finds the service's loop polling (it polls for 10 ms after each pass, and the requests come
         // 2 ms apart): it takes the request from the ring as it comes. A loop that only looked at the ring before
-        // sleeping would leave it armed, and every request would ring its bell.
+        // sleeping would leave it armed, and every request would ring its bell. The replies come to a port of this
+        // thread's, made once: request() makes one a time, and the notice of its end, sent as the reply arrives,
+        // finds the service still at work on its pass and rightly rings.
+        let replies = try PortReceiveRight(queueLimit: 4)
+        let replyPort = replies.makeSendRight()
         let rungBefore = CrossProcessStatistics.current.sharedRingWakeUps
         let count = 100
         for i in 1...count {
             usleep(2000)
-            let reply = try service.request(id: 1, bytes: [UInt8(i), 7], timeout: .seconds(10))
+            try service.send(id: 1, bytes: [UInt8(i), 7], replyPort: replyPort, timeout: .seconds(10))
+            let reply = try replies.receive(timeout: .seconds(10))
             #expect(reply.id == 101 && reply.payload == [UInt8(i), 7])
         }
         let rung = CrossProcessStatistics.current.sharedRingWakeUps - rungBefore
-        #expect(rung < count / 10, "\(rung) of \(count) requests rang the polling loop's bell")
+        // A loop preempted just as it begins to poll leaves the ring armed a moment longer: a few may ring.
+        #expect(rung < count / 4, "\(rung) of \(count) requests rang the polling loop's bell")
 
         _ = try service.request(id: 10, timeout: .seconds(10))
         #expect(server.finish() == 0)
