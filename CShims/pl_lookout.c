@@ -28,18 +28,14 @@ void pl_port_set_lookout_begin(pl_port_set_t *set, pl_port_set_lookout_t *lookou
         lookout->conns[lookout->count++] = f->conn;
     }
     pthread_mutex_unlock(&set->lock);
+    /* Registered, a lookout keeps other readers from arming; its first look takes the arm back. */
     for (uint32_t i = 0; i < lookout->count; i++) {
-        pl_conn_t *conn = lookout->conns[i];
-        atomic_fetch_add_explicit(&conn->lookers, 1, memory_order_seq_cst);
-        /* Under the read lock, which keeps the ring; a reader holding it arms or not as it sees `lookers`. */
-        if (pthread_mutex_trylock(&conn->read_lock) != 0) continue;
-        if (conn->ring_reading) pl_ring_disarm(conn->ring);
-        pthread_mutex_unlock(&conn->read_lock);
+        atomic_fetch_add_explicit(&((pl_conn_t *)lookout->conns[i])->lookers, 1, memory_order_seq_cst);
     }
 }
 
 /* Whether `conn`'s ring holds records (or another reader left a note to read once more), taking the arm back if a
- * reader armed it. */
+ * reader armed it. Under the read lock, which keeps the ring. */
 static bool pl_lookout_look(pl_conn_t *conn) {
     if (pthread_mutex_trylock(&conn->read_lock) != 0) {
         return atomic_load_explicit(&conn->read_again, memory_order_seq_cst);

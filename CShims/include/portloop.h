@@ -565,7 +565,8 @@ pl_status_t pl_port_set_receive_queued_payload(pl_port_set_t *set, pl_received_t
  * Returns PL_OK with *count >= 1; PL_OK with *count == 0 when the next thing is not a port message that fits in
  * buffer (a readable descriptor first, a message too large, a port's no-senders report, or the set's periodic look
  * at its descriptors is due): the caller then uses pl_port_set_receive; or PL_ERR_TIMED_OUT with *count == 0 when
- * nothing is queued, so that a caller that has just been woken needs no second receive to find that out.
+ * nothing is queued, so that a caller that has just been woken needs no second receive to find that out. That last
+ * answer takes no lock (a message queued by another thread at that moment is the next receive's).
  */
 pl_status_t pl_port_set_receive_batch(pl_port_set_t *set, pl_received_t *outs, uint32_t max, void *buffer,
                                       size_t capacity, uint32_t *count);
