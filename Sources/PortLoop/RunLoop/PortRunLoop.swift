@@ -77,7 +77,8 @@ public final class PortRunLoop: @unchecked Sendable {
 
     /// The opt-in low-latency mode: how long the loop keeps polling its port set before it goes to sleep
     /// (no CF equivalent). While it spins, a message reaches it without a wake-up system call on either side,
-    /// at the price of a busy core for that long after each pass. Zero, the default, sleeps at once. Values are
+    /// from a thread of this process or, through a connection's shared-memory ring, from another process, at the
+    /// price of a busy core for that long after each pass. Zero, the default, sleeps at once. Values are
     /// clamped to 0…``maxSpinBeforeSleeping``. Settable from any thread; takes effect at the next sleep.
     public var spinBeforeSleeping: Duration {
         get { .nanoseconds(spinNanoseconds.load(ordering: .relaxed)) }
