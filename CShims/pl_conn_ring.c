@@ -387,6 +387,22 @@ pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget,
     return result;
 }
 
+/* A look from outside the reader: whether the ring holds records for its reader. Under the read lock, which keeps
+ * the ring; while another thread holds it, only that reader's note to read once more counts (it reads on). A
+ * lookout (`take_arm`) also takes the arm back from a reader that armed the ring behind its back (pl_lookout.c). */
+bool pl_conn_ring_pending(pl_conn_t *conn, bool take_arm) {
+    if (pthread_mutex_trylock(&conn->read_lock) != 0) {
+        return atomic_load_explicit(&conn->read_again, memory_order_seq_cst);
+    }
+    bool pending = false;
+    if (conn->ring_reading) {
+        if (take_arm) pl_ring_disarm(conn->ring);
+        pending = !conn->ring_mark && pl_ring_pending_bytes(conn->ring) > 0;
+    }
+    pthread_mutex_unlock(&conn->read_lock);
+    return pending || atomic_load_explicit(&conn->read_again, memory_order_seq_cst);
+}
+
 /* ---- the end ---------------------------------------------------------------------------------------- */
 
 void pl_conn_ring_teardown(pl_conn_t *conn) {

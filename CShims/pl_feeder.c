@@ -190,15 +190,6 @@ void pl_feeders_watch_bell(pl_conn_t *conn) {
     free(sets);
 }
 
-/* Whether a connection's ring holds records for its reader (no lock held; false while another thread reads it,
- * unless that reader was left a note to read once more). */
-static bool pl_ring_pending(pl_conn_t *conn) {
-    if (pthread_mutex_trylock(&conn->read_lock) != 0) return false;
-    bool pending = conn->ring_reading && !conn->ring_mark && pl_ring_pending_bytes(conn->ring) > 0;
-    pthread_mutex_unlock(&conn->read_lock);
-    return pending || atomic_load_explicit(&conn->read_again, memory_order_seq_cst);
-}
-
 void pl_feeders_pump_pending_locked(pl_port_set_t *set) {
     if (set->feeder_count == 0) return;
     pl_conn_t *conns[PL_POLL_MAX];
@@ -211,7 +202,7 @@ void pl_feeders_pump_pending_locked(pl_port_set_t *set) {
     if (count == 0) return;
     pthread_mutex_unlock(&set->lock);
     for (uint32_t i = 0; i < count; i++) {
-        if (pl_ring_pending(conns[i])) {
+        if (pl_conn_ring_pending(conns[i], false)) {
             pl_feeder_pump(set, conns[i]); /* releases the reference */
         } else {
             pl_conn_release(conns[i]);

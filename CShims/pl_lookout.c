@@ -34,26 +34,11 @@ void pl_port_set_lookout_begin(pl_port_set_t *set, pl_port_set_lookout_t *lookou
     }
 }
 
-/* Whether `conn`'s ring holds records (or another reader left a note to read once more), taking the arm back if a
- * reader armed it. Under the read lock, which keeps the ring. */
-static bool pl_lookout_look(pl_conn_t *conn) {
-    if (pthread_mutex_trylock(&conn->read_lock) != 0) {
-        return atomic_load_explicit(&conn->read_again, memory_order_seq_cst);
-    }
-    bool pending = false;
-    if (conn->ring_reading) {
-        pl_ring_disarm(conn->ring);
-        pending = !conn->ring_mark && pl_ring_pending_bytes(conn->ring) > 0;
-    }
-    pthread_mutex_unlock(&conn->read_lock);
-    return pending || atomic_load_explicit(&conn->read_again, memory_order_seq_cst);
-}
-
 uint32_t pl_port_set_lookout_read(pl_port_set_t *set, pl_port_set_lookout_t *lookout) {
     uint32_t read = 0;
     for (uint32_t i = 0; i < lookout->count; i++) {
         pl_conn_t *conn = lookout->conns[i];
-        if (!pl_lookout_look(conn)) continue;
+        if (!pl_conn_ring_pending(conn, true)) continue;
         pl_conn_retain(conn); /* the pump lets go of one */
         pl_feeder_pump(set, conn);
         read++;
@@ -64,7 +49,6 @@ uint32_t pl_port_set_lookout_read(pl_port_set_t *set, pl_port_set_lookout_t *loo
 void pl_port_set_lookout_end(pl_port_set_t *set, pl_port_set_lookout_t *lookout) {
     for (uint32_t i = 0; i < lookout->count; i++) {
         pl_conn_t *conn = lookout->conns[i];
-        lookout->conns[i] = NULL;
         if (atomic_fetch_sub_explicit(&conn->lookers, 1, memory_order_seq_cst) == 1) {
             /* The last to look arms the ring. With the read lock taken by another reader, which may have seen this
              * lookout and left the ring unarmed, a read turn leaves it a note to read once more (and arm). */

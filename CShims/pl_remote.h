@@ -340,6 +340,9 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
 bool pl_conn_ring_take_to_mark(pl_conn_t *conn, uint8_t *scratch, const char **why);
 /* Reads the ring (the reader, ring_reading): as pl_conn_read_frames. */
 pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why);
+/* Whether the ring holds records for its reader, looked at from outside the reader (no lock held); `take_arm`:
+ * a lookout's look, which keeps the ring unarmed. */
+bool pl_conn_ring_pending(pl_conn_t *conn, bool take_arm);
 /* Frees the ring at the connection's end (the reader's lock held, writers stopped). */
 void pl_conn_ring_teardown(pl_conn_t *conn);
 /* Connections of this process whose frames come by ring (a statistic). */
