@@ -36,6 +36,12 @@ final class ItemAttachment: ManagedBuffer<ItemAttachment.State, pthread_mutex_t>
         withUnsafeMutablePointerToElements { mutex in _ = pthread_mutex_destroy(mutex) }
     }
 
+    /// The state, read and written through its address: `header`, a stored property of the standard library's
+    /// class, gets a run-time exclusivity check at every access from this module (one per timer fired). The
+    /// mutex serialises every access; the address is the object's own, stable while it lives.
+    @inline(__always)
+    private var state: UnsafeMutablePointer<State> { withUnsafeMutablePointerToHeader { $0 } }
+
     @inline(__always)
     func withLock<Result>(_ body: () throws -> Result) rethrows -> Result {
         try withUnsafeMutablePointerToElements { mutex in
@@ -45,19 +51,28 @@ final class ItemAttachment: ManagedBuffer<ItemAttachment.State, pthread_mutex_t>
         }
     }
 
-    var loop: PortRunLoop? { withLock { header.loop } }
-    var isValid: Bool { withLock { header.isValid } }
+    var loop: PortRunLoop? { withLock { state.pointee.loop } }
+    var isValid: Bool { withLock { state.pointee.isValid } }
     /// The same, for callers holding the lock.
-    var loopLocked: PortRunLoop? { header.loop }
-    var isValidLocked: Bool { header.isValid }
+    var loopLocked: PortRunLoop? { state.pointee.loop }
+    var isValidLocked: Bool { state.pointee.isValid }
+    /// Whether the item is valid and attached to `loop` (the lock held): by identity, with no retain of the loop.
+    @inline(__always)
+    func isValidLocked(on loop: PortRunLoop) -> Bool {
+        guard state.pointee.isValid else { return false }
+        // The attached loop's address read as bits (nil is zero): comparing identities needs no reference.
+        let offset = MemoryLayout<State>.offset(of: \State.loop)! // a constant once optimised
+        let attached = UnsafeRawPointer(state).load(fromByteOffset: offset, as: UnsafeRawPointer?.self)
+        return attached == UnsafeRawPointer(Unmanaged.passUnretained(loop).toOpaque())
+    }
 
     /// Records one more mode of `loop`; with the loop's lock held.
     func attach(to loop: PortRunLoop) throws(RunLoopError) {
         let outcome = withLock { () -> RunLoopError? in
-            guard header.isValid else { return .invalidated }
-            if let current = header.loop, current !== loop { return .attachedToAnotherLoop }
-            header.loop = loop
-            header.modeCount += 1
+            guard state.pointee.isValid else { return .invalidated }
+            if let current = state.pointee.loop, current !== loop { return .attachedToAnotherLoop }
+            state.pointee.loop = loop
+            state.pointee.modeCount += 1
             return nil
         }
         if let outcome { throw outcome }
@@ -66,8 +81,8 @@ final class ItemAttachment: ManagedBuffer<ItemAttachment.State, pthread_mutex_t>
     /// Records one mode fewer; with the loop's lock held.
     func detachOneMode() {
         withLock {
-            header.modeCount -= 1
-            if header.modeCount <= 0 { header.modeCount = 0; header.loop = nil }
+            state.pointee.modeCount -= 1
+            if state.pointee.modeCount <= 0 { state.pointee.modeCount = 0; state.pointee.loop = nil }
         }
     }
 
@@ -77,19 +92,19 @@ final class ItemAttachment: ManagedBuffer<ItemAttachment.State, pthread_mutex_t>
     /// handling a batch from a port source relies on that to stop at once when a handler invalidates the source.
     func invalidate() -> PortRunLoop? {
         withLock {
-            header.isValid = false
-            return header.loop
+            state.pointee.isValid = false
+            return state.pointee.loop
         }
     }
 
     /// Marks the item invalid and detached from every mode at once; with the lock held (and the loop's, whose
     /// modes the caller empties of the item).
     func invalidateAndDetachLocked() {
-        header.isValid = false
-        header.loop = nil
-        header.modeCount = 0
+        state.pointee.isValid = false
+        state.pointee.loop = nil
+        state.pointee.modeCount = 0
     }
 
     /// Forgets the loop entirely (its thread exited).
-    func forgetLoop() { withLock { header.loop = nil; header.modeCount = 0 } }
+    func forgetLoop() { withLock { state.pointee.loop = nil; state.pointee.modeCount = 0 } }
 }

@@ -298,15 +298,17 @@ extension PortRunLoop {
             let count = batch.timers.count
             for index in 0..<count {
                 // The timers themselves were fetched when popped; fetch each one's lock and its handler's
-                // context a few firings ahead.
+                // context a few firings ahead. (`unowned(unsafe)`: the batch holds every timer until it is
+                // emptied below, so neither look needs a retain and release of its own.)
                 if index + Self.attachmentLookahead < count {
-                    let ahead = batch.timers[index + Self.attachmentLookahead]
+                    unowned(unsafe) let ahead = batch.timers[index + Self.attachmentLookahead]
                     let attachment = UnsafeRawPointer(Unmanaged.passUnretained(ahead.attachment).toOpaque())
                     pl_prefetch(attachment)
                     pl_prefetch(attachment + 64)
                     pl_prefetch(ahead.handlerContextAddress)
                 }
-                batch.outcomes.append(fire(batch.timers[index], now: now))
+                unowned(unsafe) let timer = batch.timers[index]
+                batch.outcomes.append(fire(timer, now: now))
             }
             lock.withLock { settleLocked(batch) }
             // Released outside the lock: a retired timer's captures may run code that calls into this loop.
@@ -341,8 +343,9 @@ extension PortRunLoop {
     /// Fires one popped timer and says what its heap entries need. The timer's state changes under its own
     /// lock (the loop's lock is not needed to keep it consistent, only to move it in the heaps).
     private func fire(_ timer: RunLoopTimer, now: Int64) -> TimerOutcome {
-        let claim = timer.attachment.withLock { () -> TimerClaim in
-            guard timer.attachment.isValidLocked, timer.attachment.loopLocked === self else { return .skipped(.none) }
+        let attachment = timer.attachment
+        let claim = attachment.withLock { () -> TimerClaim in
+            guard attachment.isValidLocked(on: self) else { return .skipped(.none) }
             if timer.isFiring { return .skipped(.none) } // this callout runs in the timer's own callout
             guard timer.fireDate <= now else { return .skipped(.reposition) } // moved later
             timer.isFiring = true
@@ -356,13 +359,13 @@ extension PortRunLoop {
 
         __PORTLOOP_IS_CALLING_OUT_TO_A_TIMER_CALLBACK_FUNCTION__(timer)
 
-        return timer.attachment.withLock { () -> TimerOutcome in
+        return attachment.withLock { () -> TimerOutcome in
             timer.isFiring = false
-            guard timer.attachment.isValidLocked, timer.attachment.loopLocked === self else { return .none }
+            guard attachment.isValidLocked(on: self) else { return .none }
             if timer.intervalNanoseconds == 0 {
                 // A one-shot timer is done. Invalid and detached from now on (`contains` says no at once);
                 // its slots are freed when the chunk settles.
-                timer.attachment.invalidateAndDetachLocked()
+                attachment.invalidateAndDetachLocked()
                 return .retire
             }
             if timer.fireDate > scheduled { return .reposition } // the callback moved it later

@@ -135,13 +135,14 @@ public final class RunLoopTimer: Hashable, @unchecked Sendable, CustomStringConv
     func forEachPlacement(_ body: (TimerPlacement) -> Void) {
         guard let first = firstPlacement else { return }
         body(first)
+        if otherPlacements.isEmpty { return } // no retain of the array for the usual timer, in one mode
         for placement in otherPlacements { body(placement) }
     }
 
     /// Forgets every placement (the loop is tearing down, or the timer leaves all its modes at once).
     func clearPlacements() {
         firstPlacement = nil
-        otherPlacements = []
+        if !otherPlacements.isEmpty { otherPlacements = [] }
     }
 
     /// Calls the handler now, on the calling thread (`-[NSTimer fire]`; CF has no counterpart). A repeating
