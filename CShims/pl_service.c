@@ -350,6 +350,10 @@ pl_status_t pl_service_look_up(const char *directory, const char *name, int64_t 
         return status;
     }
     conn->peer = peer;
+    /* Our hello goes first, before the connection can be found: the service's may come back at once, and another
+     * thread's look-up that finds the connection welcomed then sends on it, which must not overtake our hello (the
+     * service ends a connection whose first frame is not a hello). The socket is new: the frame fits. */
+    pl_conn_write_hello(conn, PL_HELLO_WELCOME, (pl_wire_right_t){ 0 });
     if ((status = pl_transport_add_conn(conn)) != PL_OK) {
         int saved = errno;
         conn->fd = -1;
@@ -358,7 +362,6 @@ pl_status_t pl_service_look_up(const char *directory, const char *name, int64_t 
         errno = saved;
         return status;
     }
-    pl_conn_write_hello(conn, PL_HELLO_WELCOME, (pl_wire_right_t){ 0 });
 
     pthread_mutex_lock(&conn->lock);
     while (!conn->hello_received && !conn->dead && pl_now_ns() < deadline) {

@@ -25,6 +25,39 @@ struct CrossProcessNamingTests {
         #expect(again == right)
     }
 
+    @Test("threads that look a name up at once share one new connection, and everything they send on it arrives")
+    func concurrentFirstLookUps() throws {
+        // The first look-up of a name opens the connection; the others find it and, once the service's hello is in,
+        // send on it. Nothing they send may overtake this side's own hello: the service ends a connection whose
+        // first frame is anything else. Many rounds, each with a new name and so a new connection, give a thread
+        // that opens one many chances to be overtaken.
+        let space = TemporaryNamespace()
+        let threads = 8
+        for round in 0..<400 {
+            let name = "first-\(round)"
+            let port = try space.namespace.checkIn(name)
+            let failures = Locked<[String]>([])
+            let clients = (0..<threads).map { thread in
+                TestThread {
+                    do {
+                        let right = try space.namespace.lookUp(name, timeout: .seconds(10))
+                        try right.send(id: Int32(thread), bytes: [UInt8(thread)], timeout: .seconds(10))
+                    } catch {
+                        failures.withLock { $0.append("round \(round), thread \(thread): \(error)") }
+                    }
+                }
+            }
+            for client in clients { client.join() }
+            #expect(failures.current.isEmpty, "\(failures.current)")
+            var ids: Set<Int32> = []
+            for _ in 0..<threads - failures.current.count {
+                ids.insert(try port.receive(timeout: .seconds(10)).id)
+            }
+            #expect(ids.count == threads - failures.current.count)
+            if !failures.current.isEmpty { break }
+        }
+    }
+
     @Test("names outside the rules are invalidArgument, for check-in and look-up alike",
           arguments: ["", ".hidden", "a/b", "with space", "ünïcode", String(repeating: "n", count: 65)])
     func badNames(_ name: String) throws {
