@@ -298,8 +298,8 @@ extension PortRunLoop {
             let count = batch.timers.count
             for index in 0..<count {
                 // The timers themselves were fetched when popped; fetch each one's lock and its handler's
-                // context a few firings ahead. (`unowned(unsafe)`: the batch holds every timer until it is
-                // emptied below, so neither look needs a retain and release of its own.)
+                // context a few firings ahead. The batch holds every timer until it is emptied below, so neither
+                // the look ahead nor the firing needs a retain and release of its own.
                 if index + Self.attachmentLookahead < count {
                     unowned(unsafe) let ahead = batch.timers[index + Self.attachmentLookahead]
                     let attachment = UnsafeRawPointer(Unmanaged.passUnretained(ahead.attachment).toOpaque())
@@ -307,8 +307,8 @@ extension PortRunLoop {
                     pl_prefetch(attachment + 64)
                     pl_prefetch(ahead.handlerContextAddress)
                 }
-                unowned(unsafe) let timer = batch.timers[index]
-                batch.outcomes.append(fire(timer, now: now))
+                let outcome = Unmanaged.passUnretained(batch.timers[index])._withUnsafeGuaranteedRef { fire($0, now: now) }
+                batch.outcomes.append(outcome)
             }
             lock.withLock { settleLocked(batch) }
             // Released outside the lock: a retired timer's captures may run code that calls into this loop.
@@ -343,7 +343,11 @@ extension PortRunLoop {
     /// Fires one popped timer and says what its heap entries need. The timer's state changes under its own
     /// lock (the loop's lock is not needed to keep it consistent, only to move it in the heaps).
     private func fire(_ timer: RunLoopTimer, now: Int64) -> TimerOutcome {
-        let attachment = timer.attachment
+        // The timer's for its life, lent without a retain and release.
+        Unmanaged.passUnretained(timer.attachment)._withUnsafeGuaranteedRef { fire(timer, attachment: $0, now: now) }
+    }
+
+    private func fire(_ timer: RunLoopTimer, attachment: ItemAttachment, now: Int64) -> TimerOutcome {
         let claim = attachment.withLock { () -> TimerClaim in
             guard attachment.isValidLocked(on: self) else { return .skipped(.none) }
             if timer.isFiring { return .skipped(.none) } // this callout runs in the timer's own callout
@@ -380,16 +384,15 @@ extension PortRunLoop {
 
     /// Brings the heaps in line with a fired chunk; with the lock held.
     private func settleLocked(_ batch: TimerBatch) {
-        for (timer, outcome) in zip(batch.timers, batch.outcomes) {
-            switch outcome {
-            case .none:
-                break
-            case .retire:
-                timer.forEachPlacement { $0.mode.timers.remove(slot: $0.slot) }
+        for index in batch.timers.indices {
+            let outcome = batch.outcomes[index]
+            if outcome == .none { continue }
+            // Lent by the batch, which holds it: no retain and release per timer.
+            Unmanaged.passUnretained(batch.timers[index])._withUnsafeGuaranteedRef { timer in
+                if outcome == .reposition { return repositionLocked(timer) }
+                timer.forEachPlacement { placement in placement.withMode { $0.timers.remove(slot: placement.slot) } }
                 timer.clearPlacements()
                 if !commonItems.isEmpty { commonItems.removeAll { $0.identity == ObjectIdentifier(timer) } }
-            case .reposition:
-                repositionLocked(timer)
             }
         }
     }

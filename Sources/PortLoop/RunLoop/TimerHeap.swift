@@ -517,8 +517,22 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
 /// the lock of the loop it is attached to; the mode outlives it (a loop drops its modes only at teardown,
 /// which clears every placement first).
 struct TimerPlacement {
-    unowned(unsafe) let mode: LoopMode
+    /// Not retained, for that reason; `withMode` lends it without the retain and release that reading an
+    /// `unowned(unsafe)` reference costs (a timer's retirement reaches its mode once per firing).
+    private let modeReference: Unmanaged<LoopMode>
     let slot: Int32
+
+    init(mode: LoopMode, slot: Int32) {
+        modeReference = .passUnretained(mode)
+        self.slot = slot
+    }
+
+    var mode: LoopMode { modeReference.takeUnretainedValue() }
+
+    @inline(__always)
+    func withMode<Result>(_ body: (LoopMode) throws -> Result) rethrows -> Result {
+        try modeReference._withUnsafeGuaranteedRef(body)
+    }
 }
 
 /// The heap's node storage: a buffer aligned so that node `i` sits at element `i + 7` and the children of
