@@ -56,14 +56,11 @@ final class ItemAttachment: ManagedBuffer<ItemAttachment.State, pthread_mutex_t>
     /// The same, for callers holding the lock.
     var loopLocked: PortRunLoop? { state.pointee.loop }
     var isValidLocked: Bool { state.pointee.isValid }
-    /// Whether the item is valid and attached to `loop` (the lock held): by identity, with no retain of the loop.
+    /// Whether the item is valid and attached to `loop` (the lock held): compared in place, where going through
+    /// `loopLocked` retains and releases the loop.
     @inline(__always)
     func isValidLocked(on loop: PortRunLoop) -> Bool {
-        guard state.pointee.isValid else { return false }
-        // The attached loop's address read as bits (nil is zero): comparing identities needs no reference.
-        let offset = MemoryLayout<State>.offset(of: \State.loop)! // a constant once optimised
-        let attached = UnsafeRawPointer(state).load(fromByteOffset: offset, as: UnsafeRawPointer?.self)
-        return attached == UnsafeRawPointer(Unmanaged.passUnretained(loop).toOpaque())
+        state.pointee.isValid && state.pointee.loop === loop
     }
 
     /// Records one more mode of `loop`; with the loop's lock held.
