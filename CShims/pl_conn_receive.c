@@ -437,28 +437,33 @@ static pl_fragment_read_t pl_fragment_scatter(const pl_conn_t *conn, uint8_t *sl
     return (pl_fragment_read_t){ .chunk = chunk, .at = (uint32_t)at, .serial = conn->rx_serial };
 }
 
+/* Puts a packet read by pl_fragment_scatter back together in its slot: its bytes copied back from where they went
+ * in the reassembly buffer (while that buffer is still the reader's and those bytes untouched). */
+static void pl_fragment_put_back(uint8_t *slot, size_t length, const struct iovec *iov, pl_fragment_read_t read) {
+    if (length <= PL_WIRE_FRAGMENT_HEAD) return;
+    size_t moved = length - PL_WIRE_FRAGMENT_HEAD < read.chunk ? length - PL_WIRE_FRAGMENT_HEAD : read.chunk;
+    memcpy(slot + PL_WIRE_FRAGMENT_HEAD, iov[1].iov_base, moved);
+}
+
 /* Right after the read, before any packet of the batch is handled (handling one may complete the message and hand
  * its memory over): whether a packet read by pl_fragment_scatter is the fragment expected in place, as long as
  * expected and saying it is a later fragment at the offset expected. Anything else is put back together in its
- * slot now, its bytes copied back from the reassembly buffer, from beyond what was received. A packet that only
- * says so is still decoded and checked when handled. */
+ * slot now. A packet that only says so is still decoded and checked when handled. */
 static bool pl_fragment_landed(uint8_t *slot, size_t length, const struct iovec *iov, pl_fragment_read_t read) {
     uint32_t offset;
     if (length == PL_WIRE_FRAGMENT_HEAD + read.chunk && pl_wire_fragment_head(slot, length, &offset) &&
         offset == read.at) {
         return true;
     }
-    if (length > PL_WIRE_FRAGMENT_HEAD) {
-        size_t moved = length - PL_WIRE_FRAGMENT_HEAD < read.chunk ? length - PL_WIRE_FRAGMENT_HEAD : read.chunk;
-        memcpy(slot + PL_WIRE_FRAGMENT_HEAD, iov[1].iov_base, moved);
-    }
+    pl_fragment_put_back(slot, length, iov, read);
     return false;
 }
 
-/* When a landed fragment's turn comes: it must still continue the same message exactly where its bytes went. The
- * packets before it in the batch (or the ring's, after a switch to the ring in it) may have done otherwise, and
- * then its bytes are not in the slot to be handled as a frame: only a peer that breaks the protocol gets here, and
- * it is cut off. */
+/* When a landed fragment's turn comes: its bytes went to the message in progress when the batch was read. Its
+ * handler checks that the frame continues the message in progress at that offset; this, that it is still the same
+ * message, whose memory holds the bytes. Only records read from the ring could have ended that message in between,
+ * and a switch to the ring in the batch puts the packets behind it back together first (pl_conn_read_socket): a
+ * guard, one comparison, against a change that would break that. */
 static bool pl_fragment_still_expected(const pl_conn_t *conn, pl_fragment_read_t read) {
     return conn->rx.active && conn->rx_serial == read.serial && conn->rx.received == read.at;
 }
@@ -501,7 +506,7 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
             landed[k] = fragment[k].chunk > 0 &&
                         pl_fragment_landed(buffer + (size_t)k * PL_WIRE_MAX_FRAME, batch[k].msg_len, iov[k], fragment[k]);
         }
-        bool by_ring = conn->ring_reading;
+        bool by_ring = conn->ring_reading, put_back = false;
         for (int k = 0; k < n; k++) {
             if (batch[k].msg_len == 0) {
                 /* The end of the stream (an empty packet is never a frame), or an empty packet that a peer sent,
@@ -512,12 +517,21 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
             }
             /* Behind the frame that switched to the ring in this batch: the peer sent this packet behind a mark,
              * which is in the ring already (it puts a mark before it sends), so the ring's packets ahead of the mark
-             * go first. The switch frame's buffer, handled, holds them. */
+             * go first. The switch frame's buffer, handled, holds them. Those packets may continue the message in
+             * progress, or end it and begin the next: the packets read in place behind the switch are therefore put
+             * back together first, while the message's memory is still this reader's, and handled as what they are. */
             uint8_t *slot = buffer + (size_t)k * PL_WIRE_MAX_FRAME;
-            if (!by_ring && conn->ring_reading &&
-                !pl_conn_ring_take_to_mark(conn, buffer + (size_t)(k - 1) * PL_WIRE_MAX_FRAME, why)) {
-                pl_close_packets_fds(batch, k, n);
-                return PL_READ_ENDED;
+            if (!by_ring && conn->ring_reading) {
+                for (int m = k; m < n && !put_back; m++) {
+                    if (!landed[m]) continue;
+                    pl_fragment_put_back(buffer + (size_t)m * PL_WIRE_MAX_FRAME, batch[m].msg_len, iov[m], fragment[m]);
+                    landed[m] = false;
+                }
+                put_back = true;
+                if (!pl_conn_ring_take_to_mark(conn, buffer + (size_t)(k - 1) * PL_WIRE_MAX_FRAME, why)) {
+                    pl_close_packets_fds(batch, k, n);
+                    return PL_READ_ENDED;
+                }
             }
             if (landed[k]) {
                 if (!pl_fragment_still_expected(conn, fragment[k])) {

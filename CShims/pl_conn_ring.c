@@ -15,9 +15,9 @@
  * queue, rings turned off in its process — it answers RING_REFUSE, and the client offers again after
  * PL_RING_RETRY_AFTER more frames. The client, reading RING_ACCEPT, reads by ring from there, and sends
  * RING_START, after which its frames go by ring; the service reads by ring once it has read RING_START. A switch
- * frame that has to wait in the outgoing queue switches its side when it leaves, so frames never overtake it;
- * while a switch is under way its reader takes socket packets one at a time, so that none behind the switch
- * frame is read from the socket out of turn.
+ * frame that has to wait in the outgoing queue switches its side when it leaves, so frames never overtake it. A
+ * reader that takes several socket packets at once may find some behind the switch frame: each came behind a mark,
+ * so the ring's records up to its mark are handled first (pl_conn_read_socket).
  *
  * After the switch the socket carries only the packets with descriptors, each announced by a mark in the ring
  * (its reader, at the mark, takes the next socket packet, and waits for it if it is not there yet), and the end:

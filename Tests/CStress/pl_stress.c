@@ -62,6 +62,12 @@
  *                            that skips ahead are put back together in the packet buffer and handled as what they
  *                            are (the last one ends the connection); the bytes arrive intact; an empty packet with a
  *                            descriptor ends the connection and leaves no descriptor open
+ *   ring_switch_mid_batch    a connection driven by hand through the switch to a ring, with packets behind RING_START
+ *                            read in the same batch: the ring's records up to each one's mark go first (a message
+ *                            in fragments crosses the switch intact, a descriptor arrives, none is left open); a
+ *                            packet read in place as the message's next fragment, when the ring's records ahead of
+ *                            it finish that message and begin the next, is handled as what it is: the next
+ *                            message's fragment arrives, a repeat of the finished one's ends the connection
  *   payload_cache            large payload memory kept for reuse: a buffer comes back only for a size it fits
  *                            (at least half its capacity), no more are kept than the bounds allow, and four
  *                            threads taking and giving at once never get one buffer twice
@@ -72,7 +78,8 @@
  * Contract used throughout (see portloop.h, "Object lifetime"): a thread that may still be inside a call on
  * a port or set when another thread destroys it holds its own reference (a send right, or a set retain).
  *
- * Usage: pl_stress [-v]     -v prints one line per scenario with its time.
+ * Usage: pl_stress [-v] [scenario ...]
+ *                           -v prints one line per scenario with its time; names run only those scenarios.
  * Prints "stress: N passed, M failed" and exits 1 if any check failed.
  */
 #define _GNU_SOURCE
@@ -1378,17 +1385,29 @@ static void fork_child_body(void) {
 }
 
 /* Runs a scenario that starts a transport in a process of its own: the transport thread lives as long as its
- * process, which under valgrind would otherwise be this whole program. */
+ * process, which under valgrind would otherwise be this whole program. The child says over a pipe that its body
+ * ran to the end, and how: its exit status alone cannot tell, since valgrind exits 1 for the memory a forked
+ * process inherits, and so does a sanitizer that stopped the body half-way. */
 static void run_in_own_process(void (*body)(void)) {
+    int report[2];
+    CHECK(pipe2(report, O_CLOEXEC) == 0);
     pid_t scenario = fork();
     CHECK(scenario >= 0);
     if (scenario == 0) {
+        close(report[0]);
         body();
-        _exit(atomic_load(&scenario_failures) > 0 ? 4 : 0);
+        uint8_t failed = atomic_load(&scenario_failures) > 0;
+        if (write(report[1], &failed, 1) != 1) _exit(5);
+        _exit(failed ? 4 : 0);
     }
+    close(report[1]);
+    uint8_t failed = 1;
+    ssize_t n;
+    do n = read(report[0], &failed, 1); while (n < 0 && errno == EINTR);
+    close(report[0]);
     int status = 0;
     CHECK(waitpid(scenario, &status, 0) == scenario);
-    /* 1: valgrind's --error-exitcode for the memory a forked process inherits; 4: a failed check (printed). */
+    CHECK(n == 1 && failed == 0); /* a failed check is printed by the child; no report: the body did not finish */
     CHECK(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 1));
 }
 
@@ -2571,7 +2590,9 @@ static pl_read_result_t hand_read(hand_conn_t *h, int batch, const char **why) {
 static void hand_expect(hand_conn_t *h, int32_t id, uint32_t size) {
     pl_received_t out;
     pl_payload_t payload;
-    CHECK_OK(pl_port_receive_payload(h->port, &out, &payload, 0));
+    pl_status_t status = pl_port_receive_payload(h->port, &out, &payload, 0);
+    CHECK_OK(status);
+    if (status != PL_OK) return;
     CHECK(out.id == id && out.size == size && payload.size == size);
     bool intact = true;
     for (uint32_t i = 0; i < size && intact; i++) intact = ((uint8_t *)payload.base)[i] == fragmented_byte(i);
@@ -2666,6 +2687,190 @@ static void scenario_fragments_in_place(void) {
     CHECK(open_descriptor_count() == before);
     hand_conn_close(&h);
 }
+
+/* ---- ring_switch_mid_batch ---------------------------------------------------------------------- */
+
+/* Sends one packet with up to two descriptors beside it (SCM_RIGHTS). */
+static void hand_send_fds(hand_conn_t *h, const uint8_t *packet, size_t length, const int *fds, int count) {
+    union { char bytes[CMSG_SPACE(2 * sizeof(int))]; struct cmsghdr align; } control;
+    memset(&control, 0, sizeof control);
+    struct iovec iov = { .iov_base = (void *)packet, .iov_len = length };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = length > 0 ? 1 : 0, .msg_control = control.bytes,
+                          .msg_controllen = CMSG_SPACE((size_t)count * sizeof(int)) };
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN((size_t)count * sizeof(int));
+    memcpy(CMSG_DATA(cmsg), fds, (size_t)count * sizeof(int));
+    CHECK(sendmsg(h->pair[1], &msg, 0) == (ssize_t)length);
+}
+
+/* Plays the client's part of the switch up to its RING_START: offers a ring, reads the service's acceptance and
+ * takes the bell that came with it. Returns the client's end of the ring; the service side now waits for
+ * RING_START. */
+static pl_ring_t *hand_offer_ring(hand_conn_t *h) {
+    pl_ring_t *ring;
+    int memfd, bell;
+    CHECK_OK(pl_ring_create(&ring, &memfd, &bell));
+    uint8_t frame[PL_WIRE_HEADER_SIZE + 8];
+    size_t length = pl_wire_encode_ring(frame, PL_FRAME_RING_OFFER, PL_RING_BYTES);
+    int fds[2] = { memfd, bell };
+    hand_send_fds(h, frame, length, fds, 2);
+    close(memfd);
+    close(bell);
+    const char *why = NULL;
+    CHECK(hand_read(h, 1, &why) == PL_READ_DRAINED);
+    CHECK(atomic_load(&h->conn->ring_pending) && !h->conn->ring_reading);
+
+    uint8_t answer[64];
+    union { char bytes[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } control;
+    struct iovec iov = { .iov_base = answer, .iov_len = sizeof answer };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,
+                          .msg_controllen = sizeof control.bytes };
+    ssize_t n = recvmsg(h->pair[1], &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    pl_wire_frame_t accepted;
+    CHECK(n > 0 && pl_wire_decode(answer, (size_t)n, 1, &accepted, &why) && accepted.type == PL_FRAME_RING_ACCEPT);
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+    CHECK(cmsg != NULL && cmsg->cmsg_type == SCM_RIGHTS && cmsg->cmsg_len == CMSG_LEN(sizeof(int)));
+    int service_bell;
+    memcpy(&service_bell, CMSG_DATA(cmsg), sizeof(int));
+    CHECK(pl_ring_take_peer_bell(ring, service_bell, &why));
+    return ring;
+}
+
+static void hand_send_ring_start(hand_conn_t *h) {
+    uint8_t frame[PL_WIRE_HEADER_SIZE + 8];
+    hand_send(h, frame, pl_wire_encode_ring(frame, PL_FRAME_RING_START, 0));
+}
+
+/* Puts a frame in the ring, or the mark of a packet that follows on the socket (frame NULL). */
+static void hand_ring_put(pl_ring_t *ring, const uint8_t *frame, size_t length) {
+    CHECK((frame != NULL ? pl_ring_put(ring, frame, length, NULL, 0, false) : pl_ring_put_mark_for_socket(ring)) ==
+          PL_RING_PUT);
+}
+
+/* Reads by ring until the ring and the socket hold nothing more. */
+static pl_read_result_t hand_read_ring(hand_conn_t *h, const char **why) {
+    pl_read_result_t result;
+    do {
+        result = pl_conn_read_ring(h->conn, h->buffer, PL_READ_BATCH, why);
+    } while (result == PL_READ_MORE);
+    return result;
+}
+
+static void hand_expect_nothing(hand_conn_t *h) {
+    pl_received_t out;
+    CHECK(pl_port_receive(h->port, &out, NULL, 0, 0) == PL_ERR_TIMED_OUT);
+}
+
+/* A message of four fragments crossing the switch, as a peer that keeps the rules sends it: the first by socket,
+ * then RING_START; the second in the ring, the third by socket behind a mark (read in place), the last in the
+ * ring; then a small message with a descriptor, by socket behind a mark. Read a packet at a time, or in one batch
+ * where the packets behind RING_START wait for the ring's records up to their marks. */
+static void ring_switch_in_order(int batch) {
+    int descriptors = open_descriptor_count();
+    hand_conn_t h;
+    hand_conn_open(&h);
+    const char *why = NULL;
+    uint8_t *packet = malloc(PL_WIRE_MAX_FRAME);
+    CHECK(packet != NULL);
+    uint32_t first = pl_wire_first_fragment_room(0), room = pl_wire_next_fragment_room();
+    pl_ring_t *ring = hand_offer_ring(&h);
+
+    hand_send(&h, packet, hand_fragment(packet, 7, FRAGMENTED_SIZE, 0, first, true));
+    CHECK(hand_read(&h, batch, &why) == PL_READ_DRAINED);
+    hand_send_ring_start(&h);
+    hand_ring_put(ring, packet, hand_fragment(packet, 7, FRAGMENTED_SIZE, first, room, true));
+    hand_ring_put(ring, NULL, 0);
+    hand_send(&h, packet, hand_fragment(packet, 7, FRAGMENTED_SIZE, first + room, room, true));
+    uint32_t last = first + 2 * room;
+    hand_ring_put(ring, packet, hand_fragment(packet, 7, FRAGMENTED_SIZE, last, FRAGMENTED_SIZE - last, false));
+    hand_ring_put(ring, NULL, 0);
+    pl_wire_message_t small = { .dest = 1, .id = 8, .total_size = 40, .attachment_count = 1, .fd_count = 1 };
+    pl_wire_right_t descriptor = { .kind = PL_RIGHT_FD, .handle = 0 };
+    size_t length = pl_wire_encode_message_head(packet, 0, &small, &descriptor, 40);
+    for (uint32_t i = 0; i < 40; i++) packet[length + i] = fragmented_byte(i);
+    int passed = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    CHECK(passed >= 0);
+    hand_send_fds(&h, packet, length + 40, &passed, 1);
+    close(passed);
+
+    CHECK(hand_read(&h, batch, &why) == PL_READ_DRAINED);
+    CHECK(h.conn->ring_reading);
+    CHECK(hand_read_ring(&h, &why) == PL_READ_DRAINED);
+    hand_expect(&h, 7, FRAGMENTED_SIZE);
+    pl_received_t out;
+    pl_payload_t payload;
+    CHECK_OK(pl_port_receive_payload(h.port, &out, &payload, 0));
+    CHECK(out.id == 8 && out.size == 40 && out.attachments != NULL && out.attachments->count == 1 &&
+          out.attachments->items[0].kind == PL_ATTACHMENT_FD && out.attachments->items[0].fd >= 0);
+    pl_attachments_free(out.attachments);
+    pl_payload_free(&payload);
+    hand_expect_nothing(&h);
+
+    hand_conn_close(&h);
+    pl_ring_free(ring);
+    CHECK(open_descriptor_count() == descriptors);
+    free(packet);
+}
+
+/* RING_START, then one packet on the socket behind a mark that the second slot of the batch reads in place, as the
+ * continuation of message 7 it expects: the last fragment of message 7 (`repeat`) or of message 9. Ahead of the
+ * mark the ring holds the rest of message 7 and, for message 9, its first two fragments, which take it to the very
+ * offset the socket's packet was read to. Message 7 arrives whole, as the ring gave it, and once. Message 9's last
+ * fragment is then handled as what it is, and message 9 arrives whole; a repeat of message 7's last fragment
+ * continues no message, and the connection ends. */
+static void ring_switch_overtaken(bool repeat) {
+    hand_conn_t h;
+    hand_conn_open(&h);
+    const char *why = NULL;
+    uint8_t *packet = malloc(PL_WIRE_MAX_FRAME);
+    CHECK(packet != NULL);
+    uint32_t first = pl_wire_first_fragment_room(0), room = pl_wire_next_fragment_room();
+    uint32_t total = first + room + 1000; /* three fragments, the last 1,000 bytes */
+    pl_ring_t *ring = hand_offer_ring(&h);
+
+    hand_send(&h, packet, hand_fragment(packet, 7, total, 0, first, true));
+    CHECK(hand_read(&h, PL_READ_BATCH, &why) == PL_READ_DRAINED);
+    hand_send_ring_start(&h);
+    hand_send(&h, packet, hand_fragment(packet, repeat ? 7 : 9, total, first + room, 1000, false));
+    hand_ring_put(ring, packet, hand_fragment(packet, 7, total, first, room, true));
+    hand_ring_put(ring, packet, hand_fragment(packet, 7, total, first + room, 1000, false));
+    if (!repeat) {
+        hand_ring_put(ring, packet, hand_fragment(packet, 9, total, 0, first, true));
+        hand_ring_put(ring, packet, hand_fragment(packet, 9, total, first, room, true));
+    }
+    hand_ring_put(ring, NULL, 0);
+
+    if (repeat) {
+        CHECK(hand_read(&h, PL_READ_BATCH, &why) == PL_READ_ENDED);
+        CHECK(why != NULL && strstr(why, "fragment") != NULL);
+        hand_expect(&h, 7, total);
+    } else {
+        CHECK(hand_read(&h, PL_READ_BATCH, &why) == PL_READ_DRAINED);
+        CHECK(h.conn->ring_reading);
+        CHECK(hand_read_ring(&h, &why) == PL_READ_DRAINED);
+        hand_expect(&h, 7, total);
+        hand_expect(&h, 9, total);
+    }
+    hand_expect_nothing(&h);
+
+    hand_conn_close(&h);
+    pl_ring_free(ring);
+    free(packet);
+}
+
+static void ring_switch_mid_batch_body(void) {
+    pl_set_shared_rings(PL_RINGS_WHEN_BUSY);
+    ring_switch_in_order(1);
+    ring_switch_in_order(PL_READ_BATCH);
+    ring_switch_overtaken(false);
+    ring_switch_overtaken(true);
+}
+
+/* In a process of its own: the switch makes the connection's readers watch its bell, and a transport started by an
+ * earlier scenario would then watch this connection, which it does not own. */
+static void scenario_ring_switch_mid_batch(void) { run_in_own_process(ring_switch_mid_batch_body); }
 
 /* ---- payload_cache ------------------------------------------------------------------------------ */
 
@@ -2864,6 +3069,7 @@ static void scenario_batch_taking(void) {
 
 int main(int argc, char **argv) {
     bool verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
+    int first_name = verbose ? 2 : 1;
     setvbuf(stdout, NULL, _IOLBF, 0); /* the summary must survive LeakSanitizer's exit */
     static const scenario_t scenarios[] = {
         { "queued_reply_rights", scenario_queued_reply_rights },
@@ -2894,12 +3100,16 @@ int main(int argc, char **argv) {
         { "ring_fork_stream", scenario_ring_fork_stream },
         { "ring_stream_to_set", scenario_ring_stream_to_set },
         { "fragments_in_place", scenario_fragments_in_place },
+        { "ring_switch_mid_batch", scenario_ring_switch_mid_batch },
         { "payload_cache", scenario_payload_cache },
         { "batch_taking", scenario_batch_taking },
     };
     int passed = 0, failed = 0;
     int64_t start = now_ns();
     for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++) {
+        bool named = first_name >= argc;
+        for (int a = first_name; a < argc && !named; a++) named = strcmp(argv[a], scenarios[i].name) == 0;
+        if (!named) continue;
         current_scenario = scenarios[i].name;
         atomic_store(&scenario_failures, 0);
         int64_t t0 = now_ns();
