@@ -175,6 +175,19 @@ struct TimerHeapTests {
         model.expectPopsInOrder()
     }
 
+    @Test("scheduling into a bucket makes the room its sort needs, so that moving buckets in allocates none")
+    func sortRoomComesWithScheduling() {
+        let millisecond: Int64 = 1 << TimerBuckets.shift
+        var model = HeapModel()
+        model.insert(0) // the near timers' bucket is the first; the rest wait in buckets
+        for index in 0..<3_000 { model.insert(millisecond + Int64(index) * 300) }
+        for index in 0..<1_000 { model.insert(2 * millisecond + Int64(index) * 300) }
+        let room = model.heap.sortRoom
+        #expect(room >= 3_000, "the room was made as the timers were scheduled")
+        model.expectPopsInOrder() // both buckets move in, sorted (two radix passes each)
+        #expect(model.heap.sortRoom == room, "moving the buckets in took no other room")
+    }
+
     @Test("near timers given back to a bucket out of scheduling order still pop in order")
     func evictedNodesKeepTheirOrder() {
         let millisecond: Int64 = 1 << TimerBuckets.shift

@@ -34,8 +34,9 @@ struct TimerBuckets {
 
     var isEmpty: Bool { count == 0 }
 
-    /// Adds a node to the bucket of `key`.
-    mutating func append(_ node: TimerHeap.Node, key: Int64) {
+    /// Adds a node to the bucket of `key`; returns how many nodes that bucket holds now.
+    @discardableResult
+    mutating func append(_ node: TimerHeap.Node, key: Int64) -> Int {
         let id: Int32
         if let existing = idsByKey[key] {
             id = existing
@@ -52,6 +53,7 @@ struct TimerBuckets {
         }
         buckets[Int(id)].nodes.append(node)
         count += 1
+        return buckets[Int(id)].nodes.count
     }
 
     /// Removes the nodes that `shouldBeRemoved` picks from every bucket, and the buckets it empties.

@@ -103,6 +103,8 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
     var nearCount: Int { nodes.count + run.count - runStart }
     /// How many nodes there are, stale ones included; for tests.
     var nodeCount: Int { nearCount + buckets.count }
+    /// How many nodes the sort's scratch array has room for; for tests.
+    var sortRoom: Int { sortScratch.capacity }
     /// How many keys the buckets' key heap holds; for tests.
     var bucketKeyCount: Int { buckets.keyCount }
     /// The earliest fire date.
@@ -248,7 +250,7 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
             assert(buckets.isEmpty, "the near timers are refilled whenever they run out")
             nearKey = key
         } else if key > nearKey {
-            buckets.append(node, key: key)
+            putInBucket(node, key: key)
             return
         } else if key < nearKey && nearCount <= Self.evictionLimit {
             evict(after: key)
@@ -303,6 +305,22 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
         if isEmpty { moveInFirstBucket() }
     }
 
+    /// Puts a node in the bucket of `key`, with room made beforehand for sorting that bucket when it moves in.
+    @inline(__always)
+    private mutating func putInBucket(_ node: Node, key: Int64) {
+        let count = buckets.append(node, key: key)
+        if count > sortScratch.capacity { prepareSorting(count) }
+    }
+
+    /// Gives the radix sort its counts, and a scratch array with room for `count` nodes (twice the room it had, if
+    /// that is more), while timers are being scheduled. A bucket moves in while the loop fires timers and frees
+    /// them; an allocation of a kilobyte or more then makes glibc consolidate the free lists they have filled,
+    /// which at 1,000,000 due timers was a fifth of the firing time.
+    private mutating func prepareSorting(_ count: Int) {
+        if sortCounts.isEmpty { sortCounts = [Int](repeating: 0, count: Self.sortRadix) }
+        sortScratch.reserveCapacity(max(count, 2 * sortScratch.capacity))
+    }
+
     /// Moves the near nodes with keys after `key` to the buckets (dropping stale ones) and makes `key` the
     /// near timers' last.
     private mutating func evict(after key: Int64) {
@@ -314,7 +332,7 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
                 nodes[kept] = node
                 kept += 1
             } else if isLive(node) {
-                buckets.append(node, key: nodeKey)
+                putInBucket(node, key: nodeKey)
             }
         }
         nodes.truncate(to: kept)
@@ -322,7 +340,7 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
         var runEnd = run.count // the run is sorted: what goes is a suffix
         while runEnd > runStart, TimerBuckets.key(of: run[runEnd - 1].fireDate) > key { runEnd -= 1 }
         for node in run[runEnd...] where isLive(node) {
-            buckets.append(node, key: TimerBuckets.key(of: node.fireDate))
+            putInBucket(node, key: TimerBuckets.key(of: node.fireDate))
         }
         run.removeSubrange(runEnd...)
         nearKey = key
@@ -393,9 +411,8 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
             nodes.sort(by: precedes)
             return
         }
-        let digitBits: UInt64 = 11
-        let radix = 1 << digitBits
-        if counts.count < radix { counts = [Int](repeating: 0, count: radix) }
+        let digitBits = sortDigitBits
+        if counts.count < sortRadix { counts = [Int](repeating: 0, count: sortRadix) }
         if scratch.count < nodes.count {
             scratch.append(contentsOf: repeatElement(Node(fireDate: 0, sequence: 0, slot: 0),
                                                      count: nodes.count - scratch.count))
@@ -408,11 +425,15 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
         } while span >> shift != 0
     }
 
+    /// The radix sort's digit: 11 bits, so that a bucket's dates (20 bits apart at most) take two passes.
+    static let sortDigitBits: UInt64 = 11
+    static let sortRadix = 1 << sortDigitBits
+
     /// One stable pass of the radix sort: moves `source`'s nodes into `destination` (of at least the same
     /// count) ordered by the 11-bit digit at `shift` of their date's offset from `earliest`.
     private static func countingPass(from source: inout [Node], to destination: inout [Node], earliest: Int64,
                                      shift: UInt64, counts: inout [Int]) {
-        let mask: UInt64 = (1 << 11) - 1
+        let mask = UInt64(sortRadix - 1)
         let count = source.count
         source.withUnsafeBufferPointer { source in
             destination.withUnsafeMutableBufferPointer { destination in
