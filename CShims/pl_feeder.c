@@ -72,7 +72,7 @@ static void pl_feeder_add(pl_port_set_t *set, pl_conn_t *conn) {
     bool wake_waiter = added && !set->polling && set->sleeping_followers > 0;
     pthread_mutex_unlock(&set->lock);
     pthread_mutex_unlock(&conn->write_lock);
-    if (wake_waiter) pthread_cond_signal(&set->followers);
+    if (wake_waiter) pl_futex_cond_signal(&set->followers);
     if (added) {
         pl_transport_rewatch(conn); /* behind this set's watch */
         return;

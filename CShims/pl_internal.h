@@ -64,6 +64,15 @@ typedef struct pl_membership {
     bool in_ready;
 } pl_membership_t;
 
+/* A condition variable on one futex word, for the waits a message ends: a set's followers (a loop's sleep), a
+ * port's direct receivers. glibc's pthread_cond_wait takes its mutex back marked contended, so the next unlock of
+ * that mutex makes a futex system call although nobody waits: one system call more per wake-up. A waiter here
+ * takes the mutex back as any other locker does. Waiters wait for the word to change; a waker changes it and wakes
+ * (after changing the state the waiters look at, under the mutex). */
+typedef struct pl_futex_cond {
+    atomic_uint word;
+} pl_futex_cond_t;
+
 /* A live port's `magic`; cleared just before its memory is freed, so that debug builds catch a port used
  * after that (assert) as long as the allocator has not reused the memory. */
 #define PL_PORT_MAGIC 0x506f7274u /* "Port" */
@@ -71,7 +80,7 @@ typedef struct pl_membership {
 struct pl_port {
     uint32_t magic;
     pthread_mutex_t lock;
-    pthread_cond_t receivers; /* direct receivers wait here for a message */
+    pl_futex_cond_t receivers; /* direct receivers wait here for a message */
     pthread_cond_t senders;   /* senders wait here for room */
     atomic_uint refs;         /* memory references: the receive right, send rights, in-flight users */
     atomic_uint send_rights;  /* send rights only, for pl_port_send_right_count */
@@ -177,7 +186,7 @@ typedef struct pl_feeder {
 
 struct pl_port_set {
     pthread_mutex_t lock;
-    pthread_cond_t followers; /* receivers waiting while another thread loops the base */
+    pl_futex_cond_t followers; /* receivers waiting while another thread leads, or with nothing to poll */
     atomic_uint refs;
     bool dead;
     pl_poller_t poller;       /* the polling thread's, but for wake_fd, which any sender writes */
@@ -349,6 +358,14 @@ void pl_cond_init_monotonic(pthread_cond_t *cond);
 
 /* Waits on cond until deadline (INT64_MAX: forever). Spurious returns are the caller's to handle. */
 void pl_cond_wait_until(pthread_cond_t *cond, pthread_mutex_t *lock, int64_t deadline_ns);
+
+/* pl_futex_cond_t (above). */
+void pl_futex_cond_init(pl_futex_cond_t *cond);
+/* With `lock` held: lets it go, waits until woken, the deadline (CLOCK_MONOTONIC; INT64_MAX: none) or a signal,
+ * and takes it back. Spurious returns are the caller's to handle, as with pthread_cond_wait. */
+void pl_futex_cond_wait_until(pl_futex_cond_t *cond, pthread_mutex_t *lock, int64_t deadline_ns);
+void pl_futex_cond_signal(pl_futex_cond_t *cond);
+void pl_futex_cond_broadcast(pl_futex_cond_t *cond);
 
 /* Whether a dequeue that made room should signal a waiting sender; the port lock is held. One signal per
  * waiting sender is enough: until the signalled sender has woken, further dequeues do not signal again. (A

@@ -24,7 +24,7 @@ static pl_port_t *pl_port_alloc(uint32_t qlimit, uint32_t max_msg_size) {
     if (port == NULL) return NULL;
     port->magic = PL_PORT_MAGIC;
     pl_mutex_init_adaptive(&port->lock);
-    pl_cond_init_monotonic(&port->receivers);
+    pl_futex_cond_init(&port->receivers);
     pl_cond_init_monotonic(&port->senders);
     atomic_init(&port->refs, 1);
     atomic_init(&port->send_rights, 0);
@@ -64,7 +64,6 @@ void pl_port_release_internal(pl_port_t *port) {
      * empty and the port is in no set. */
     if (port->proxy != NULL) pl_proxy_free(port->proxy);
     free(port->ring);
-    pthread_cond_destroy(&port->receivers);
     pthread_cond_destroy(&port->senders);
     pthread_mutex_destroy(&port->lock);
     port->magic = 0;
@@ -136,7 +135,7 @@ pl_status_t pl_port_destroy(pl_port_t *port) {
     struct pl_notification *requests = pl_notify_take_all_locked(port);
     pthread_mutex_unlock(&port->lock);
 
-    if (wake_receivers) pthread_cond_broadcast(&port->receivers);
+    if (wake_receivers) pl_futex_cond_broadcast(&port->receivers);
     if (wake_senders) pthread_cond_broadcast(&port->senders);
     for (uint32_t i = 0; i < count; i++) pl_slot_dispose(&ring[(head + i) % capacity]);
     free(ring);
@@ -170,7 +169,7 @@ static void pl_port_last_right_gone(pl_port_t *port) {
         }
     }
     pthread_mutex_unlock(&port->lock);
-    if (wake) pthread_cond_broadcast(&port->receivers);
+    if (wake) pl_futex_cond_broadcast(&port->receivers);
     pl_wake_list_run(&wakes);
     pl_notify_deliver(due);
 }
@@ -345,7 +344,7 @@ static void pl_port_wake_after_enqueue_unlock(pl_port_t *port, bool at_head) {
     }
     pthread_mutex_unlock(&port->lock);
 
-    if (wake_receiver) pthread_cond_signal(&port->receivers);
+    if (wake_receiver) pl_futex_cond_signal(&port->receivers);
     pl_wake_list_run(&wakes);
 }
 
@@ -780,7 +779,7 @@ static inline pl_status_t pl_port_receive_into(pl_port_t *port, pl_received_t *o
         int64_t deadline = pl_deadline_ns(timeout_ns);
         port->waiting_receivers++;
         while (!port->dead && port->count == 0 && !pl_port_senderless_locked(port) && pl_now_ns() < deadline) {
-            pl_cond_wait_until(&port->receivers, &port->lock, deadline);
+            pl_futex_cond_wait_until(&port->receivers, &port->lock, deadline);
         }
         port->waiting_receivers--;
     }
@@ -801,7 +800,7 @@ static inline pl_status_t pl_port_receive_into(pl_port_t *port, pl_received_t *o
     bool wake_sender = status == PL_OK && pl_port_take_sender_wake_locked(port);
     pthread_mutex_unlock(&port->lock);
 
-    if (wake_receiver) pthread_cond_signal(&port->receivers);
+    if (wake_receiver) pl_futex_cond_signal(&port->receivers);
     if (wake_sender) pthread_cond_signal(&port->senders);
     return status;
 }

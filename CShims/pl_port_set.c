@@ -27,7 +27,6 @@ static inline void pl_ready_note(pl_port_set_t *set) {
 
 static void pl_port_set_free(pl_port_set_t *set) {
     pl_poller_close(&set->poller);
-    pthread_cond_destroy(&set->followers);
     pthread_mutex_destroy(&set->lock);
     free(set);
 }
@@ -43,7 +42,7 @@ pl_status_t pl_port_set_create(pl_port_set_t **out_set) {
         return status;
     }
     pl_mutex_init_adaptive(&set->lock);
-    pl_cond_init_monotonic(&set->followers);
+    pl_futex_cond_init(&set->followers);
     atomic_init(&set->refs, 1);
     set->next_fd_id = PL_POLL_FIRST_MEMBER_ID;
     *out_set = set;
@@ -105,7 +104,7 @@ pl_status_t pl_port_set_destroy(pl_port_set_t *set) {
     pthread_mutex_unlock(&set->lock);
 
     if (wake_leader) pl_wake_fd_write(set);
-    if (wake_followers) pthread_cond_broadcast(&set->followers);
+    if (wake_followers) pl_futex_cond_broadcast(&set->followers);
     pl_feeders_detach_set(set);
     pl_port_set_remove_all_ports(set);
     while (fds != NULL) { /* a leader's event for one of them finds no member by its id */
@@ -158,7 +157,7 @@ static void pl_wake_list_add(pl_wake_list_t *wakes, pl_port_set_t *set, uint8_t 
             if (sets) wakes->more_sets = sets;
             if (actions == NULL) {
                 /* Out of memory: wake this set now, under the lock, rather than lose the wake-up. */
-                if (action == PL_WAKE_EVENTFD) pl_wake_fd_write(set); else pthread_cond_signal(&set->followers);
+                if (action == PL_WAKE_EVENTFD) pl_wake_fd_write(set); else pl_futex_cond_signal(&set->followers);
                 atomic_fetch_sub_explicit(&set->refs, 1, memory_order_relaxed);
                 return;
             }
@@ -216,7 +215,7 @@ void pl_wake_list_run(pl_wake_list_t *wakes) {
     for (uint32_t i = 0; i < wakes->count; i++) {
         pl_port_set_t *set = i < 8 ? wakes->sets[i] : wakes->more_sets[i - 8];
         uint8_t action = i < 8 ? wakes->actions[i] : wakes->more_actions[i - 8];
-        if (action == PL_WAKE_EVENTFD) pl_wake_fd_write(set); else pthread_cond_signal(&set->followers);
+        if (action == PL_WAKE_EVENTFD) pl_wake_fd_write(set); else pl_futex_cond_signal(&set->followers);
         pl_port_set_release(set);
     }
     free(wakes->more_sets);
@@ -341,7 +340,7 @@ pl_status_t pl_port_set_insert_fd(pl_port_set_t *set, int fd) {
     /* A receiver waiting without the poller (no descriptors until now) must come and watch this one. */
     bool wake_waiter = status == PL_OK && !set->polling && set->sleeping_followers > 0;
     pthread_mutex_unlock(&set->lock);
-    if (wake_waiter) pthread_cond_signal(&set->followers);
+    if (wake_waiter) pl_futex_cond_signal(&set->followers);
     if (status != PL_OK) free(member);
     return status;
 }
@@ -438,7 +437,7 @@ static inline bool pl_set_watches_locked(const pl_port_set_t *set) {
 static void pl_end_nonblocking_poll_locked(pl_port_set_t *set) {
     set->polling = false;
     if (set->sleeping_followers > 0 && pl_set_watches_locked(set)) {
-        pthread_cond_signal(&set->followers);
+        pl_futex_cond_signal(&set->followers);
     }
 }
 
@@ -481,7 +480,7 @@ static pl_status_t pl_take_from_ready_port(pl_port_set_t *set, pl_received_t *ou
         wake_sender = status == PL_OK && pl_port_take_sender_wake_locked(port);
     }
     pthread_mutex_unlock(&port->lock);
-    if (wake_receiver) pthread_cond_signal(&port->receivers);
+    if (wake_receiver) pl_futex_cond_signal(&port->receivers);
     if (wake_sender) pthread_cond_signal(&port->senders);
     pl_wake_list_run(&wakes);
     pl_port_release_internal(port);
@@ -586,7 +585,7 @@ next_ready_port:
     bool wake_receiver = port->count > 0 && port->waiting_receivers > 0;
     pthread_mutex_unlock(&port->lock);
 
-    if (wake_receiver) pthread_cond_signal(&port->receivers);
+    if (wake_receiver) pl_futex_cond_signal(&port->receivers);
     for (uint32_t i = 0; i < sender_wakes; i++) pthread_cond_signal(&port->senders);
     pl_wake_list_run(&wakes);
     pl_port_release_internal(port);
@@ -686,7 +685,7 @@ static pl_status_t pl_port_set_receive_looking(pl_port_set_t *set, pl_received_t
              * inserted meanwhile wakes this waiter to become the leader. */
             if (!set->polling) set->sleeps++;
             set->sleeping_followers++;
-            pl_cond_wait_until(&set->followers, &set->lock, deadline);
+            pl_futex_cond_wait_until(&set->followers, &set->lock, deadline);
             set->sleeping_followers--;
         }
     }
@@ -694,7 +693,7 @@ static pl_status_t pl_port_set_receive_looking(pl_port_set_t *set, pl_received_t
     /* A leader that leaves hands the poller to a follower, who may still be waiting for something. */
     bool hand_over = was_leader && !set->polling && set->sleeping_followers > 0;
     pthread_mutex_unlock(&set->lock);
-    if (hand_over) pthread_cond_signal(&set->followers);
+    if (hand_over) pl_futex_cond_signal(&set->followers);
     return status;
 }
 
