@@ -2738,6 +2738,14 @@ static pl_ring_t *hand_offer_ring(hand_conn_t *h) {
     return ring;
 }
 
+/* A hand-driven connection taken up to its RING_START, and a packet buffer (the caller frees it). */
+static pl_ring_t *hand_open_to_switch(hand_conn_t *h, uint8_t **packet) {
+    hand_conn_open(h);
+    *packet = malloc(PL_WIRE_MAX_FRAME);
+    CHECK(*packet != NULL);
+    return hand_offer_ring(h);
+}
+
 static void hand_send_ring_start(hand_conn_t *h) {
     uint8_t frame[PL_WIRE_HEADER_SIZE + 8];
     hand_send(h, frame, pl_wire_encode_ring(frame, PL_FRAME_RING_START, 0));
@@ -2770,12 +2778,10 @@ static void hand_expect_nothing(hand_conn_t *h) {
 static void ring_switch_in_order(int batch) {
     int descriptors = open_descriptor_count();
     hand_conn_t h;
-    hand_conn_open(&h);
+    uint8_t *packet;
+    pl_ring_t *ring = hand_open_to_switch(&h, &packet);
     const char *why = NULL;
-    uint8_t *packet = malloc(PL_WIRE_MAX_FRAME);
-    CHECK(packet != NULL);
     uint32_t first = pl_wire_first_fragment_room(0), room = pl_wire_next_fragment_room();
-    pl_ring_t *ring = hand_offer_ring(&h);
 
     hand_send(&h, packet, hand_fragment(packet, 7, FRAGMENTED_SIZE, 0, first, true));
     CHECK(hand_read(&h, batch, &why) == PL_READ_DRAINED);
@@ -2822,13 +2828,11 @@ static void ring_switch_in_order(int batch) {
  * continues no message, and the connection ends. */
 static void ring_switch_overtaken(bool repeat) {
     hand_conn_t h;
-    hand_conn_open(&h);
+    uint8_t *packet;
+    pl_ring_t *ring = hand_open_to_switch(&h, &packet);
     const char *why = NULL;
-    uint8_t *packet = malloc(PL_WIRE_MAX_FRAME);
-    CHECK(packet != NULL);
     uint32_t first = pl_wire_first_fragment_room(0), room = pl_wire_next_fragment_room();
     uint32_t total = first + room + 1000; /* three fragments, the last 1,000 bytes */
-    pl_ring_t *ring = hand_offer_ring(&h);
 
     hand_send(&h, packet, hand_fragment(packet, 7, total, 0, first, true));
     CHECK(hand_read(&h, PL_READ_BATCH, &why) == PL_READ_DRAINED);
