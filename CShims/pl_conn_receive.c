@@ -506,7 +506,7 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
             landed[k] = fragment[k].chunk > 0 &&
                         pl_fragment_landed(buffer + (size_t)k * PL_WIRE_MAX_FRAME, batch[k].msg_len, iov[k], fragment[k]);
         }
-        bool by_ring = conn->ring_reading, put_back = false;
+        bool by_ring = conn->ring_reading;
         for (int k = 0; k < n; k++) {
             if (batch[k].msg_len == 0) {
                 /* The end of the stream (an empty packet is never a frame), or an empty packet that a peer sent,
@@ -522,12 +522,11 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
              * back together first, while the message's memory is still this reader's, and handled as what they are. */
             uint8_t *slot = buffer + (size_t)k * PL_WIRE_MAX_FRAME;
             if (!by_ring && conn->ring_reading) {
-                for (int m = k; m < n && !put_back; m++) {
+                for (int m = k; m < n; m++) { /* at the first packet behind the switch; none is left landed after */
                     if (!landed[m]) continue;
                     pl_fragment_put_back(buffer + (size_t)m * PL_WIRE_MAX_FRAME, batch[m].msg_len, iov[m], fragment[m]);
                     landed[m] = false;
                 }
-                put_back = true;
                 if (!pl_conn_ring_take_to_mark(conn, buffer + (size_t)(k - 1) * PL_WIRE_MAX_FRAME, why)) {
                     pl_close_packets_fds(batch, k, n);
                     return PL_READ_ENDED;

@@ -67,12 +67,11 @@ void pl_futex_cond_wait_until(pl_futex_cond_t *cond, pthread_mutex_t *lock, int6
     pthread_mutex_lock(lock);
 }
 
-void pl_futex_cond_signal(pl_futex_cond_t *cond) {
+static void pl_futex_cond_wake(pl_futex_cond_t *cond, int waiters) {
     atomic_fetch_add_explicit(&cond->word, 1, memory_order_relaxed);
-    syscall(SYS_futex, &cond->word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+    syscall(SYS_futex, &cond->word, FUTEX_WAKE_PRIVATE, waiters, NULL, NULL, 0);
 }
 
-void pl_futex_cond_broadcast(pl_futex_cond_t *cond) {
-    atomic_fetch_add_explicit(&cond->word, 1, memory_order_relaxed);
-    syscall(SYS_futex, &cond->word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
-}
+void pl_futex_cond_signal(pl_futex_cond_t *cond) { pl_futex_cond_wake(cond, 1); }
+
+void pl_futex_cond_broadcast(pl_futex_cond_t *cond) { pl_futex_cond_wake(cond, INT32_MAX); }

@@ -2568,6 +2568,21 @@ static void hand_send(hand_conn_t *h, const uint8_t *packet, size_t length) {
     CHECK(send(h->pair[1], packet, length, 0) == (ssize_t)length);
 }
 
+/* Sends one packet with up to two descriptors beside it (SCM_RIGHTS). */
+static void hand_send_fds(hand_conn_t *h, const uint8_t *packet, size_t length, const int *fds, int count) {
+    union { char bytes[CMSG_SPACE(2 * sizeof(int))]; struct cmsghdr align; } control;
+    memset(&control, 0, sizeof control);
+    struct iovec iov = { .iov_base = (void *)packet, .iov_len = length };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = length > 0 ? 1 : 0, .msg_control = control.bytes,
+                          .msg_controllen = CMSG_SPACE((size_t)count * sizeof(int)) };
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN((size_t)count * sizeof(int));
+    memcpy(CMSG_DATA(cmsg), fds, (size_t)count * sizeof(int));
+    CHECK(sendmsg(h->pair[1], &msg, 0) == (ssize_t)length);
+}
+
 /* Appends a MESSAGE frame for handle 1 (the fragment of `total` bytes at `offset`, `count` of them) to `out`. */
 static size_t hand_fragment(uint8_t *out, int32_t id, uint32_t total, uint32_t offset, uint32_t count, bool more) {
     pl_wire_message_t m = { .dest = 1, .id = id, .total_size = total, .offset = offset };
@@ -2672,15 +2687,7 @@ static void scenario_fragments_in_place(void) {
     int before = open_descriptor_count();
     int passed = open("/dev/null", O_RDONLY | O_CLOEXEC);
     CHECK(passed >= 0);
-    union { char bytes[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } control;
-    memset(&control, 0, sizeof control);
-    struct msghdr msg = { .msg_control = control.bytes, .msg_controllen = sizeof control.bytes };
-    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
-    cmsg->cmsg_level = SOL_SOCKET;
-    cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(cmsg), &passed, sizeof(int));
-    CHECK(sendmsg(h.pair[1], &msg, 0) == 0);
+    hand_send_fds(&h, NULL, 0, &passed, 1);
     close(passed);
     CHECK(hand_read(&h, PL_READ_BATCH, &why) == PL_READ_ENDED);
     CHECK(why != NULL && strstr(why, "closed") != NULL);
@@ -2689,21 +2696,6 @@ static void scenario_fragments_in_place(void) {
 }
 
 /* ---- ring_switch_mid_batch ---------------------------------------------------------------------- */
-
-/* Sends one packet with up to two descriptors beside it (SCM_RIGHTS). */
-static void hand_send_fds(hand_conn_t *h, const uint8_t *packet, size_t length, const int *fds, int count) {
-    union { char bytes[CMSG_SPACE(2 * sizeof(int))]; struct cmsghdr align; } control;
-    memset(&control, 0, sizeof control);
-    struct iovec iov = { .iov_base = (void *)packet, .iov_len = length };
-    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = length > 0 ? 1 : 0, .msg_control = control.bytes,
-                          .msg_controllen = CMSG_SPACE((size_t)count * sizeof(int)) };
-    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
-    cmsg->cmsg_level = SOL_SOCKET;
-    cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN((size_t)count * sizeof(int));
-    memcpy(CMSG_DATA(cmsg), fds, (size_t)count * sizeof(int));
-    CHECK(sendmsg(h->pair[1], &msg, 0) == (ssize_t)length);
-}
 
 /* Plays the client's part of the switch up to its RING_START: offers a ring, reads the service's acceptance and
  * takes the bell that came with it. Returns the client's end of the ring; the service side now waits for

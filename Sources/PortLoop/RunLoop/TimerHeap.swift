@@ -411,7 +411,6 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
             nodes.sort(by: precedes)
             return
         }
-        let digitBits = sortDigitBits
         if counts.count < sortRadix { counts = [Int](repeating: 0, count: sortRadix) }
         if scratch.count < nodes.count {
             scratch.append(contentsOf: repeatElement(Node(fireDate: 0, sequence: 0, slot: 0),
@@ -421,7 +420,7 @@ struct TimerHeap: ~Copyable { // its node buffer is a reference: a copy would sh
         repeat { // the sorted nodes end up in `nodes`, whichever storage that is by then
             countingPass(from: &nodes, to: &scratch, earliest: earliest, shift: shift, counts: &counts)
             swap(&nodes, &scratch)
-            shift += digitBits
+            shift += sortDigitBits
         } while span >> shift != 0
     }
 
