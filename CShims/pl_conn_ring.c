@@ -100,6 +100,7 @@ void pl_conn_ring_maybe_offer_locked(pl_conn_t *conn) {
     pl_ring_t *ring;
     int memfd, bell;
     if (pl_ring_create(&ring, &memfd, &bell) != PL_OK) return; /* the socket serves; an offer later */
+    pl_ring_set_reach(ring, PL_RING_NEAR_BYTES);
     conn->ring = ring;
     conn->ring_state = PL_CONN_RING_OFFERED;
     atomic_store_explicit(&conn->ring_pending, true, memory_order_seq_cst);
@@ -161,6 +162,7 @@ static bool pl_conn_ring_offered(pl_conn_t *conn, const pl_wire_frame_t *frame, 
             return false;
         }
         if (ring != NULL) fds[1] = -1; /* this side's bell now, the ring's */
+        if (ring != NULL) pl_ring_set_reach(ring, PL_RING_NEAR_BYTES);
     }
     pthread_mutex_lock(&conn->write_lock);
     /* Frames waiting in the outgoing queue would have to go before the acceptance: not now, then. */
@@ -255,19 +257,21 @@ bool pl_conn_ring_receive(pl_conn_t *conn, const pl_wire_frame_t *frame, int *fd
 
 /* ---- writing ---------------------------------------------------------------------------------------- */
 
-/* A frame from this size up goes on the socket behind a mark, as one with descriptors does: the ring holds only a
- * few of the largest, and a large message in 64 KiB fragments would make its writer wait for room, and the two
- * sides ring each other's bells, every few fragments. The socket's buffer takes several, its copy costs what the
- * ring's two do, and its system call is little beside 16 KiB of copying. A pack of a backlog's small frames goes
- * in the ring at any size: its frames waited for room in the ring, which its reader is emptying, and through the
- * socket each of them would cost two more copies in the kernel. */
-#define PL_RING_SOCKET_FROM 16384u
+/* A single frame from this size up (a large message's fragment, in practice) lets the writer use the whole ring
+ * from then on. Through the socket, such a frame cost its sender a copy into pages the kernel had just allocated and
+ * charged, which measured three times the reader's copy out; and with only the near part of the ring, a message of
+ * sixteen fragments made the writer wait for room, and the two sides ring each other's bells, every few fragments.
+ * A pack of a backlog's small frames does not count: it says the reader is behind, not that messages are large. */
+#define PL_RING_FAR_FROM 16384u
 
 int pl_conn_ring_write_locked(pl_conn_t *conn, const uint8_t *head, size_t head_length, const uint8_t *body,
                               size_t body_length, const int *fds, uint32_t fd_count, bool packed, bool *marked) {
     pl_ring_put_result_t put = PL_RING_PUT;
-    bool by_socket = fd_count > 0 || (!packed && head_length + body_length >= PL_RING_SOCKET_FROM);
+    bool by_socket = fd_count > 0;
     conn->socket_blocked = false;
+    if (!packed && head_length + body_length >= PL_RING_FAR_FROM && pl_ring_reach(conn->ring) < PL_RING_BYTES) {
+        pl_ring_set_reach(conn->ring, PL_RING_BYTES);
+    }
     if (!by_socket) {
         put = pl_ring_put(conn->ring, head, head_length, body, body_length, false);
     } else if (!*marked) {

@@ -317,9 +317,10 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why);
 int pl_conn_sendmsg(int fd, const uint8_t *head, size_t head_length, const uint8_t *body, size_t body_length,
                     const int *fds, uint32_t fd_count);
 /* Writes a packet by ring (write_lock held, ring_state PL_CONN_RING_WRITING): a record, or for a packet with
- * descriptors or a single frame of 16 KiB or more a mark (*marked once it is in; it rings no bell) and the packet
- * on the socket, which wakes the reader. A `packed` packet (a backlog's small frames) is a record at any size. 1: written; 0: it waits, for room in the ring or, with socket_blocked set, for the
- * socket; -1: the socket failed (errno); -2: the peer broke the ring (the connection is being ended). */
+ * descriptors a mark (*marked once it is in; it rings no bell) and the packet on the socket, which wakes the reader.
+ * A single frame of 16 KiB or more, not `packed` (a backlog's small frames), gives the writer the whole ring from
+ * then on. 1: written; 0: it waits, for room in the ring or, with socket_blocked set, for the socket; -1: the socket
+ * failed (errno); -2: the peer broke the ring (the connection is being ended). */
 int pl_conn_ring_write_locked(pl_conn_t *conn, const uint8_t *head, size_t head_length, const uint8_t *body,
                               size_t body_length, const int *fds, uint32_t fd_count, bool packed, bool *marked);
 /* A client offers the ring (write_lock held) once it has put enough frames, or at once if the process asked. */

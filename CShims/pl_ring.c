@@ -5,7 +5,8 @@
  * its writer's index (`tail`) and its reader's (`head`) on cache lines of their own; both count bytes ever put or
  * taken, modulo 2^32, so `tail - head` is what waits and never exceeds the ring's size when both sides keep the
  * rules. A record is 8-byte aligned and never wraps: a writer that reaches the end with too little room left pads
- * the rest (a PAD record) and goes on at the start.
+ * the rest (a PAD record) and goes on at the start. A writer may wrap early, at its *reach*, with a pad to the end
+ * that it never writes beyond its header: the reader cannot tell, and the pages past the reach stay untouched.
  *
  * Each side keeps its own indices in private memory and treats the shared copies of the other side's as claims
  * to be checked: the writer trusts only its own tail, the reader only its own head.
@@ -50,8 +51,12 @@ typedef struct pl_ring_shared {
 _Static_assert(sizeof(pl_ring_shared_t) <= PL_RING_HEADER_BYTES, "the shared header fits its page");
 /* The largest record fits an empty ring wherever its indices stand: the writer pads to the end first, then starts
  * at the beginning. */
-_Static_assert(PL_RING_BYTES % 8 == 0 && PL_RING_BYTES >= PL_WIRE_MAX_FRAME + PL_RING_RECORD_HEADER,
-               "a ring holds the largest record");
+_Static_assert((PL_RING_BYTES & (PL_RING_BYTES - 1)) == 0, "indices count modulo 2^32: the ring's size divides it");
+#define PL_RING_LEAST_REACH (PL_WIRE_MAX_FRAME + PL_RING_RECORD_HEADER)
+_Static_assert(PL_RING_NEAR_BYTES % 8 == 0 && PL_RING_NEAR_BYTES >= PL_RING_LEAST_REACH &&
+               PL_RING_NEAR_BYTES <= PL_RING_BYTES, "a near writer's part of the ring holds the largest record");
+/* A long pass of the reader gives room back every this many bytes, not only at its end. */
+#define PL_RING_GIVE_BACK_BYTES (PL_RING_NEAR_BYTES / 4)
 
 struct pl_ring {
     uint8_t *map;
@@ -59,6 +64,7 @@ struct pl_ring {
     uint8_t *out_data, *in_data;
     uint32_t out_tail;        /* what this side has put: the authority (the shared tail is a copy) */
     uint32_t out_head_seen;   /* the reader's head as last read: reread only when room seems short */
+    uint32_t out_reach;       /* where this side's writer wraps (pl_ring_set_reach) */
     uint32_t in_head;         /* what this side has taken: the authority */
     uint32_t in_head_shared;  /* the head last stored where the writer sees it */
     uint32_t arms;            /* times this side armed: its bell is emptied every PL_BELL_DRAIN_EVERY */
@@ -151,6 +157,7 @@ static pl_ring_t *pl_ring_new(uint8_t *map, bool client, int ringer, int keep) {
     ring->in = &shared->side[client ? 1 : 0];
     ring->out_data = client ? data0 : data1;
     ring->in_data = client ? data1 : data0;
+    ring->out_reach = PL_RING_BYTES;
     ring->bell = -1;
     ring->ringer = ringer;
     ring->ringer_keep = keep;
@@ -290,6 +297,14 @@ void pl_ring_forget_in_child(pl_ring_t *ring) {
 
 /* ---- writing ---------------------------------------------------------------------------------------- */
 
+void pl_ring_set_reach(pl_ring_t *ring, uint32_t bytes) {
+    bytes &= ~7u;
+    if (bytes < PL_RING_LEAST_REACH) bytes = PL_RING_LEAST_REACH;
+    ring->out_reach = bytes < PL_RING_BYTES ? bytes : PL_RING_BYTES;
+}
+
+uint32_t pl_ring_reach(const pl_ring_t *ring) { return ring->out_reach; }
+
 /* Room for `bytes` more, rereading the reader's head when the last one read leaves too little, and asking to be
  * told of room when there is none. -1: the head is out of bounds. */
 static int pl_ring_room(pl_ring_t *ring, uint32_t bytes) {
@@ -319,9 +334,12 @@ static pl_ring_put_result_t pl_ring_put_record(pl_ring_t *ring, const uint8_t *h
     uint32_t need = PL_RING_RECORD_HEADER + pl_align8(length);
     uint32_t at = ring->out_tail % PL_RING_BYTES;
     uint32_t to_end = PL_RING_BYTES - at;
+    /* A writer whose reach was shortened while it stood past it wraps at the end this time. */
+    uint32_t reach = at <= ring->out_reach ? ring->out_reach : PL_RING_BYTES;
     bool padded = false;
-    if (need > to_end) {
-        /* Too little left before the end: pad it, and go on at the start. */
+    if (need > reach - at) {
+        /* Too little left before the end, or the reach: pad to the end (the bytes past the reach are not touched),
+         * and go on at the start. */
         int room = pl_ring_room(ring, to_end);
         if (room <= 0) return room < 0 ? PL_RING_CORRUPT : PL_RING_FULL;
         pl_ring_write_header(ring->out_data + at, to_end - PL_RING_RECORD_HEADER, PL_RECORD_PAD);
@@ -415,7 +433,7 @@ pl_ring_take_result_t pl_ring_take(pl_ring_t *ring, uint8_t *out, size_t *out_le
         ring->in_head += need;
         /* A long pass gives room back on the way, not only at its end. Sequentially consistent: pl_ring_done_reading
          * then stores nothing, and this store is the half of its Dekker pair with writer_waiting. */
-        if (ring->in_head - ring->in_head_shared >= PL_RING_BYTES / 4) {
+        if (ring->in_head - ring->in_head_shared >= PL_RING_GIVE_BACK_BYTES) {
             atomic_store_explicit(&ring->in->head, ring->in_head, memory_order_seq_cst);
             ring->in_head_shared = ring->in_head;
         }

@@ -30,7 +30,8 @@
 #include "portloop.h"
 #include "pl_wire.h"
 
-#define PL_RING_BYTES (256u * 1024u)  /* each direction's records: about four of the largest packets */
+#define PL_RING_BYTES (1024u * 1024u) /* each direction's records: a power of two, sixteen of the largest packets */
+#define PL_RING_NEAR_BYTES (256u * 1024u) /* where a connection's writer wraps until it puts a large frame */
 #define PL_RING_HEADER_BYTES 4096u    /* the indices and flags, a page */
 #define PL_RING_MAP_BYTES (PL_RING_HEADER_BYTES + 2u * PL_RING_BYTES)
 #define PL_RING_RECORD_HEADER 8u      /* u32 length, u16 kind, u16 zero */
@@ -84,13 +85,22 @@ void pl_ring_forget_in_child(pl_ring_t *ring);
 
 /* ---- writing (one writer at a time: the connection's write lock) ---- */
 
+/* Where this side's writer wraps: at `bytes` from the start (rounded down to 8, at least room for the largest
+ * record, at most PL_RING_BYTES, which is where a new ring wraps). A writer that wraps early pads to the ring's end,
+ * as at the end, so the reader sees no difference; the pages past the wrap are never touched, and cost no memory.
+ * A connection keeps its writer near (PL_RING_NEAR_BYTES) until it puts a large frame: a busy connection of small
+ * messages then holds no more memory than it needs, and one that carries large ones gets the whole ring, which lets
+ * a large message's fragments flow while the reader copies out the ones before. */
+void pl_ring_set_reach(pl_ring_t *ring, uint32_t bytes);
+uint32_t pl_ring_reach(const pl_ring_t *ring);
+
 /* Puts one packet, `head` then `body`, as a record (length at most PL_WIRE_MAX_FRAME), or, with `mark`, a mark
  * (no bytes). */
 pl_ring_put_result_t pl_ring_put(pl_ring_t *ring, const uint8_t *head, size_t head_length, const uint8_t *body,
                                  size_t body_length, bool mark);
-/* Puts a mark whose packet the caller sends on the socket next, which wakes the reader as the bell would (its
- * readers watch both): the bell is rung only if a pad went in with it, or the mark did not fit. A stream of large
- * packets then costs its writer one system call per packet, not two. */
+/* Puts a mark whose packet (one with descriptors) the caller sends on the socket next, which wakes the reader as the
+ * bell would (its readers watch both): the bell is rung only if a pad went in with it, or the mark did not fit. Such
+ * a packet then costs its writer one system call, not two. */
 pl_ring_put_result_t pl_ring_put_mark_for_socket(pl_ring_t *ring);
 
 /* ---- reading (one reader at a time: the connection's read lock) ---- */

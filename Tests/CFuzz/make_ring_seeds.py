@@ -15,7 +15,8 @@ C2S_ARMED = 64 + 128  # the service's reader asks the client's put to ring it
 C2S_WAITING = 64 + 132  # the client's writer asks the service's done to ring it
 S2C_TAIL = 64 + 192
 PACKET, MARK, PAD = 1, 2, 3  # record kinds
-RING = 262144  # each direction's ring (PL_RING_BYTES)
+RING = 1048576  # each direction's ring (PL_RING_BYTES)
+NEAR = 262144  # where a connection's writer wraps until it puts a large frame (PL_RING_NEAR_BYTES)
 
 
 def poke(region, offset, data):
@@ -26,9 +27,11 @@ def add(offset, delta):
     return bytes([1, offset // 4]) + struct.pack("<I", delta & 0xFFFFFFFF)
 
 
-def put(side, length=8, mark=False, split=128):
-    """A packet of `length` bytes (8 to 65,536), or a mark."""
-    return bytes([2 | side, 1 if mark else 0]) + struct.pack("<H", 0 if mark else length - 8) + bytes([split])
+def put(side, length=8, mark=False, split=128, reach=None):
+    """A packet of `length` bytes (8 to 65,536), or a mark; with reach "near" or "whole", the side's writer wraps
+    there from this put on."""
+    flags = (1 if mark else 0) | {None: 0, "near": 2, "whole": 4}[reach]
+    return bytes([2 | side, flags]) + struct.pack("<H", 0 if mark else length - 8) + bytes([split])
 
 
 def take(side, count=0):
@@ -70,20 +73,23 @@ seeds = {
     + sleep(CLIENT) + put(SERVICE, 36) + take(CLIENT, 1) + sleep(CLIENT)
     + put(CLIENT, 64) + put(CLIENT, mark=True) + sleep(SERVICE) + put(CLIENT, 9) + sleep(SERVICE),
     # The largest packets: a pad at the end, then the start again.
-    "wrap": (put(SERVICE, 65536) + put(SERVICE, 40000) + sleep(CLIENT)) * 3,
+    "wrap": (put(SERVICE, 65536, reach="near") + put(SERVICE, 40000) + sleep(CLIENT)) * 3,
+    # The same over the whole ring, then near again while past the near part (it goes on to the end first).
+    "wrap-whole-then-near": (put(SERVICE, 65536, reach="whole") + put(SERVICE, 40000) + sleep(CLIENT)) * 12
+    + (put(SERVICE, 65536, reach="near") + put(SERVICE, 40000) + sleep(CLIENT)) * 12,
     # A full ring: the reader's done rings the writer, whose put then goes in.
-    "full-then-room": put(SERVICE, 65536) + put(SERVICE, 65536) + put(SERVICE, 65536) + take(CLIENT, 1)
+    "full-then-room": put(SERVICE, 65536, reach="near") + put(SERVICE, 65536) + put(SERVICE, 65536) + take(CLIENT, 1)
     + done(CLIENT) + put(SERVICE, 65536) + sleep(CLIENT),
     # The writer at the ring's middle with the reader armed: the largest packet pads to the end and does not fit
     # before the pad is taken; the reader must be rung for the pad (it was not: the writer slept, the reader too).
-    "pad-after-arm": put(SERVICE, 65528) + sleep(CLIENT) + put(SERVICE, 65536) + take(CLIENT) + done(CLIENT)
-    + put(SERVICE, 65536) + sleep(CLIENT),
+    "pad-after-arm": put(SERVICE, 65528, reach="near") + sleep(CLIENT) + put(SERVICE, 65536) + take(CLIENT)
+    + done(CLIENT) + put(SERVICE, 65536) + sleep(CLIENT),
     # A pass a ring, 260 of them: the client's 256th arm empties its bell, which holds 255 rings then.
     "bell-emptied": (put(SERVICE, 8) + sleep(CLIENT)) * 260,
     # The same with the bell made blocking first (by the peer): the emptying does not wait, full or empty; and
     # the writer's bell, rung for room, blocking too.
     "bell-emptied-blocking": block(CLIENT) + block(SERVICE) + (put(SERVICE, 8) + sleep(CLIENT)) * 256
-    + arm(CLIENT) * 256 + put(SERVICE, 65536) + put(SERVICE, 65536) + take(CLIENT, 1) + done(CLIENT)
+    + arm(CLIENT) * 256 + put(SERVICE, 65536, reach="near") + put(SERVICE, 65536) + take(CLIENT, 1) + done(CLIENT)
     + put(SERVICE, 65536) + sleep(CLIENT),
     # A hostile peer says, again and again, that its reader armed or its writer waits for room: each put or done
     # rings, and the bell is emptied all the same.
@@ -92,9 +98,10 @@ seeds = {
     # A polling reader: disarmed, it takes what comes, rung by nothing, and arms again when it stops looking (the
     # pad included: a reader that looks needs no bell for it).
     "polling-reader": sleep(CLIENT) + disarm(CLIENT) + (put(SERVICE, 100) + take(CLIENT) + done(CLIENT)) * 20
-    + put(SERVICE, 65528) + put(SERVICE, 65536) + take(CLIENT) + done(CLIENT) + put(SERVICE, 65536) + arm(CLIENT)
+    + put(SERVICE, 65528, reach="near") + put(SERVICE, 65536) + take(CLIENT) + done(CLIENT) + put(SERVICE, 65536)
+    + arm(CLIENT)
     + sleep(CLIENT) + put(SERVICE, 8) + sleep(CLIENT),
-    "tail-past-the-ring": ONE + add(S2C_TAIL, 0x20000) + take(CLIENT),
+    "tail-past-the-ring": ONE + add(S2C_TAIL, RING) + take(CLIENT),
     "tail-misaligned": ONE + add(S2C_TAIL, 4) + take(CLIENT),
     "tail-behind-the-head": ONE + take(CLIENT) + add(S2C_TAIL, -8) + take(CLIENT),
     "record-past-the-tail": ONE + poke(CLIENT_RECORDS, 0, record_header(200, PACKET)) + take(CLIENT),
@@ -109,11 +116,11 @@ seeds = {
     + add(S2C_TAIL, RING - 112) + take(CLIENT) + done(CLIENT) + put(SERVICE, 20) + take(CLIENT),
     # The reader's head moved past what the client put, or misaligned: the client's second put rereads it (after
     # padding to the end, where its tail is the ring's size) and is CORRUPT.
-    "head-ahead": put(CLIENT, 65536) + add(C2S_HEAD, RING + 8) + put(CLIENT, 65536),
-    "head-misaligned": put(CLIENT, 65536) + add(C2S_HEAD, 4) + put(CLIENT, 65536),
+    "head-ahead": put(CLIENT, 65536, reach="near") + add(C2S_HEAD, RING + 8) + put(CLIENT, 65536),
+    "head-misaligned": put(CLIENT, 65536, reach="near") + add(C2S_HEAD, 4) + put(CLIENT, 65536),
     # The same found by the pad's room check: the client's third largest packet pads, after a lap, with the head
     # it read on the way stale.
-    "head-misaligned-at-the-pad": put(CLIENT, 65536) + take(SERVICE) + done(SERVICE) + put(CLIENT, 65536)
+    "head-misaligned-at-the-pad": put(CLIENT, 65536, reach="near") + take(SERVICE) + done(SERVICE) + put(CLIENT, 65536)
     + take(SERVICE) + done(SERVICE) + add(C2S_HEAD, 4) + put(CLIENT, 65536),
 }
 

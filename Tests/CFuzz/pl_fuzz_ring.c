@@ -19,7 +19,9 @@
  *   2 put   flags:u8 length:u16le split:u8        the side puts a packet of 8 + length % 65529 bytes, filled
  *                                                 from its sequence number and passed as head and body cut at
  *                                                 split / 255 of it, or with flags bit 0 a mark (given the same
- *                                                 bytes, which it ignores)
+ *                                                 bytes, which it ignores); flags bit 1 sets the side's reach
+ *                                                 near first (where a connection's writer wraps), bit 2 to the
+ *                                                 whole ring
  *   3 take  count:u8                              the side takes count records, or with 0 until it gets EMPTY
  *   4 done                                        pl_ring_done_reading
  *   5 arm                                         pl_ring_arm, the rings its bell holds forgotten just before
@@ -155,6 +157,10 @@ static bool field(const uint8_t *data, size_t size, size_t *at, size_t n, uint32
 static void put(side_t *writer, side_t *reader, bool hostile, uint32_t flags, uint32_t length, uint32_t split,
                 bool trace) {
     bool mark = flags & 1;
+    if (flags & 6) { /* the writer's reach first: near, or the whole ring (both: the whole ring) */
+        pl_ring_set_reach(writer->ring, flags & 4 ? PL_RING_BYTES : PL_RING_NEAR_BYTES);
+        CHECK(pl_ring_reach(writer->ring) == (flags & 4 ? PL_RING_BYTES : PL_RING_NEAR_BYTES));
+    }
     length = PL_WIRE_HEADER_SIZE + length % (PL_WIRE_MAX_FRAME - PL_WIRE_HEADER_SIZE + 1);
     size_t head_length = (size_t)length * split / 255;
     const uint8_t *bytes = content(writer->next_seq);

@@ -1923,6 +1923,92 @@ emptying:
     ring_pair_close(&p);
 }
 
+/* ---- ring_reach ---------------------------------------------------------------------------------------- */
+/* A writer's reach: near, it wraps there and never touches the ring's bytes past it, and holds no more than its
+ * near part; set to the whole ring, its records go past and it holds the whole ring; shortened while past the near
+ * part, it goes on to the end first. The reader takes every record intact throughout. */
+
+/* Puts packets of varying sizes (`seq` on) until `bytes` more have been put, taking each at once; checks them. */
+static uint32_t ring_reach_stream(ring_pair_t *p, uint32_t seq, uint32_t bytes) {
+    static uint8_t out[PL_WIRE_MAX_FRAME];
+    const char *reason = NULL;
+    size_t length;
+    uint32_t start = *ring_word(p, RING_TAIL(1));
+    while (*ring_word(p, RING_TAIL(1)) - start < bytes) {
+        uint32_t size = 16 + (seq * 7919u) % 30000u;
+        CHECK(ring_put(p->service, seq, size) == PL_RING_PUT);
+        CHECK(pl_ring_take(p->client, out, &length, &reason) == PL_RING_PACKET && length == size &&
+              memcmp(out, ring_content(seq), size) == 0);
+        seq++;
+    }
+    pl_ring_done_reading(p->client);
+    return seq;
+}
+
+/* Whether the service's ring holds only zero bytes from `from` to its end. */
+static bool ring_reach_untouched(ring_pair_t *p, uint32_t from) {
+    const uint8_t *records = p->view + RING_RECORDS(1);
+    for (uint32_t i = from; i < PL_RING_BYTES; i++) {
+        if (records[i] != 0) return false;
+    }
+    return true;
+}
+
+/* How many packets of 1,000 bytes go in before the ring is full (none taken), then takes them all. */
+static uint32_t ring_reach_holds(ring_pair_t *p, uint32_t seq) {
+    static uint8_t out[PL_WIRE_MAX_FRAME];
+    const char *reason = NULL;
+    size_t length;
+    uint32_t put = 0;
+    while (ring_put(p->service, seq + put, 1000) == PL_RING_PUT) put++;
+    for (uint32_t i = 0; i < put; i++) {
+        CHECK(pl_ring_take(p->client, out, &length, &reason) == PL_RING_PACKET && length == 1000 &&
+              memcmp(out, ring_content(seq + i), length) == 0);
+    }
+    CHECK(pl_ring_take(p->client, out, &length, &reason) == PL_RING_EMPTY);
+    pl_ring_done_reading(p->client);
+    return put;
+}
+
+static void scenario_ring_reach(void) {
+    ring_pair_t p;
+    ring_pair_open(&p);
+    CHECK(pl_ring_reach(p.service) == PL_RING_BYTES); /* a new ring's writer uses all of it */
+    pl_ring_set_reach(p.service, 5);
+    CHECK(pl_ring_reach(p.service) == PL_WIRE_MAX_FRAME + PL_RING_RECORD_HEADER); /* the largest record fits */
+    pl_ring_set_reach(p.service, UINT32_MAX);
+    CHECK(pl_ring_reach(p.service) == PL_RING_BYTES);
+
+    /* Near: several laps of the near part, nothing past it written. */
+    pl_ring_set_reach(p.service, PL_RING_NEAR_BYTES);
+    uint32_t seq = ring_reach_stream(&p, 1, 5 * PL_RING_BYTES);
+    CHECK(*ring_word(&p, RING_TAIL(1)) > 5 * PL_RING_BYTES && ring_reach_untouched(&p, PL_RING_NEAR_BYTES));
+    uint32_t near = ring_reach_holds(&p, seq);
+    seq += near;
+    CHECK(near * 1008u <= PL_RING_NEAR_BYTES && near * 1008u > PL_RING_NEAR_BYTES - 2 * 1008u);
+    CHECK(ring_reach_untouched(&p, PL_RING_NEAR_BYTES));
+
+    /* The whole ring: its records go past the near part, and it holds about four times as many. */
+    pl_ring_set_reach(p.service, PL_RING_BYTES);
+    seq = ring_reach_stream(&p, seq, 2 * PL_RING_BYTES);
+    CHECK(!ring_reach_untouched(&p, PL_RING_NEAR_BYTES));
+    uint32_t whole = ring_reach_holds(&p, seq);
+    seq += whole;
+    CHECK(whole * 1008u <= PL_RING_BYTES && whole * 1008u > PL_RING_BYTES - 2 * 1008u);
+
+    /* Shortened while past the near part: on to the end, then near again. */
+    while (*ring_word(&p, RING_TAIL(1)) % PL_RING_BYTES <= PL_RING_NEAR_BYTES) seq = ring_reach_stream(&p, seq, 1);
+    pl_ring_set_reach(p.service, PL_RING_NEAR_BYTES);
+    uint32_t lap = *ring_word(&p, RING_TAIL(1)) / PL_RING_BYTES;
+    while (*ring_word(&p, RING_TAIL(1)) / PL_RING_BYTES == lap) {
+        CHECK(*ring_word(&p, RING_TAIL(1)) % PL_RING_BYTES > PL_RING_NEAR_BYTES); /* no wrap at the near end */
+        seq = ring_reach_stream(&p, seq, 1);
+    }
+    seq = ring_reach_stream(&p, seq, 2 * PL_RING_BYTES);
+    CHECK(ring_reach_holds(&p, seq) == near);
+    ring_pair_close(&p);
+}
+
 /* ---- ring_hostile -------------------------------------------------------------------------------------- */
 /* What a peer can write into the shared memory: each broken rule ends the ring (BROKEN for the reader, CORRUPT for
  * the writer), and a descriptor that is not a ring's memfd, or not a pipe's read end for a bell, is refused. */
@@ -3091,6 +3177,7 @@ int main(int argc, char **argv) {
         { "status_queries", scenario_status_queries },
         { "ring_prepare_again", scenario_ring_prepare_again },
         { "ring_bells", scenario_ring_bells },
+        { "ring_reach", scenario_ring_reach },
         { "ring_hostile", scenario_ring_hostile },
         { "ring_stuck_bell", scenario_ring_stuck_bell },
         { "ring_fork_stream", scenario_ring_fork_stream },

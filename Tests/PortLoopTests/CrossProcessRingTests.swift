@@ -69,16 +69,17 @@ struct CrossProcessRingTests {
         #expect(Self.waitForRings(before) == before)
     }
 
-    @Test("large packets, which go by socket behind marks, keep their order across the switch")
+    @Test("large messages, whose fragments give the writer the whole ring, keep their order across the switch")
     func largePacketsAcrossTheSwitch() throws {
         let saved = PortNamespace.sharedRings
         defer { PortNamespace.sharedRings = saved }
         PortNamespace.sharedRings = .whenBusy
         let space = TemporaryNamespace()
         let port = try space.namespace.checkIn("large", queueLimit: 256)
-        // Three messages of four are 20,000 bytes: after the switch they go on the socket behind marks, so a reader
-        // that takes several socket packets at once finds some of them behind the switch frame. Four connections
-        // switch at once, which makes that likely.
+        // Three messages of four are 20,000 bytes: before the switch they go on the socket, several to a reader's
+        // batch, some of them behind the switch frame; after it, the first of them lets the writer use the whole
+        // ring instead of its near part, while the small ones go on in the same ring. Four connections switch at
+        // once, which makes a batch across the switch likely.
         let clients = try (0..<4).map { _ in
             try Peer(["client", space.path, "large", "2", "1000", "--large", "--stay"],
                      environment: ["PORTLOOP_SHARED_RINGS": "busy"])
@@ -100,9 +101,10 @@ struct CrossProcessRingTests {
         PortNamespace.sharedRings = .always
         let packedBefore = CrossProcessStatistics.current.packedFramesReceived
         // 4,000-byte messages from three threads into a service that does not read for a while: the client sends
-        // its window of queue room (half the limit) at once, the ring (256 KiB) fills, and the rest waits in the
-        // client's outgoing queue, to leave it packed up to 64 KiB a record. Whether the client outruns this
-        // process's transport, which empties the ring meanwhile, is a race: a round in which it did not is run again.
+        // its window of queue room (half the limit) at once, the ring (its near 256 KiB: these messages are small)
+        // fills, and the rest waits in the client's outgoing queue, to leave it packed up to 64 KiB a record.
+        // Whether the client outruns this process's transport, which empties the ring meanwhile, is a race: a round
+        // in which it did not is run again.
         for round in 1...5 {
             let space = TemporaryNamespace()
             let port = try space.namespace.checkIn("backlog", queueLimit: 1024)
@@ -169,7 +171,7 @@ struct CrossProcessRingTests {
     /// size; then each direction's write index, read index and flags on cache lines of their own), then the
     /// client-to-service ring, then the other.
     enum Layout {
-        static let ringBytes = 262_144
+        static let ringBytes = 1_048_576
         static let mapBytes = 4096 + 2 * ringBytes
         static let clientTail = 64       // the client-to-service direction's write index
         static let clientRecords = 4096  // where its records start
