@@ -737,8 +737,9 @@ void pl_set_stream_packing(int on);
  *  PL_RINGS_WHEN_BUSY (the default) once it has carried 64 frames, PL_RINGS_ALWAYS as soon as it is made,
  *  PL_RINGS_NEVER not at all (the socket carries everything; a service that says never declines every offer). The
  *  default comes from $PORTLOOP_SHARED_RINGS ("always", "never", anything else: when busy) when it is read first.
- *  A ring costs 516 KiB of shared memory and three descriptors (pipe ends) per connection, in each process. Process-wide; it applies
- *  to connections as they decide, so set it before looking services up. */
+ *  A ring costs 516 KiB of shared memory (2 MiB once the connection has carried a message of 16 KiB or more) and three
+ *  descriptors (pipe ends) per connection, in each process. Process-wide; it applies to connections as they decide,
+ *  so set it before looking services up. */
 #define PL_RINGS_NEVER 0
 #define PL_RINGS_WHEN_BUSY 1
 #define PL_RINGS_ALWAYS 2

@@ -6,7 +6,8 @@ import CPortLoop
 /// processes map, one per direction: a message costs its sender a copy into the ring, and a system call only when
 /// the receiving side had stopped looking (then a byte into a pipe wakes it), instead of a socket send and a socket receive
 /// each. Messages with descriptors still cross the socket, in order with the rest. A connection that has a ring
-/// holds 516 KiB of shared memory and three more descriptors in each process, so a connection gets one only once it
+/// holds 516 KiB of shared memory (2 MiB once it has carried a message of 16 KiB or more, whose fragments then
+/// flow through the whole rings) and three more descriptors in each process, so a connection gets one only once it
 /// is busy. See *Across processes* for how the switch happens and what it changes.
 public enum SharedRingPolicy: Sendable, Hashable, CustomStringConvertible {
     /// Every message goes through the socket; a service that says so declines every offer.
