@@ -52,7 +52,10 @@ _Static_assert(sizeof(pl_ring_shared_t) <= PL_RING_HEADER_BYTES, "the shared hea
 /* The largest record fits an empty ring wherever its indices stand: the writer pads to the end first, then starts
  * at the beginning. */
 _Static_assert((PL_RING_BYTES & (PL_RING_BYTES - 1)) == 0, "indices count modulo 2^32: the ring's size divides it");
-#define PL_RING_LEAST_REACH (PL_WIRE_MAX_FRAME + PL_RING_RECORD_HEADER)
+/* A writer short of the ring's end keeps room for a pad's header before its reach, so that the pad it wraps with is
+ * written inside it too. (With the least reach, a record after a pad may have to wait for the reader to take the
+ * pad, as in a ring of that size.) */
+#define PL_RING_LEAST_REACH (PL_WIRE_MAX_FRAME + 2u * PL_RING_RECORD_HEADER)
 _Static_assert(PL_RING_NEAR_BYTES % 8 == 0 && PL_RING_NEAR_BYTES >= PL_RING_LEAST_REACH &&
                PL_RING_NEAR_BYTES <= PL_RING_BYTES, "a near writer's part of the ring holds the largest record");
 /* A long pass of the reader gives room back every this many bytes, not only at its end. */
@@ -334,10 +337,12 @@ static pl_ring_put_result_t pl_ring_put_record(pl_ring_t *ring, const uint8_t *h
     uint32_t need = PL_RING_RECORD_HEADER + pl_align8(length);
     uint32_t at = ring->out_tail % PL_RING_BYTES;
     uint32_t to_end = PL_RING_BYTES - at;
-    /* A writer whose reach was shortened while it stood past it wraps at the end this time. */
-    uint32_t reach = at <= ring->out_reach ? ring->out_reach : PL_RING_BYTES;
+    /* Where this record must end: before the room a pad's header needs at the reach, or at the ring's end. A writer
+     * whose reach was shortened to where it stands or behind wraps at once. */
+    uint32_t end = ring->out_reach < PL_RING_BYTES ? ring->out_reach - PL_RING_RECORD_HEADER : PL_RING_BYTES;
+    if (at > end) end = at;
     bool padded = false;
-    if (need > reach - at) {
+    if (need > end - at) {
         /* Too little left before the end, or the reach: pad to the end (the bytes past the reach are not touched),
          * and go on at the start. */
         int room = pl_ring_room(ring, to_end);

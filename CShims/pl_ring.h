@@ -86,8 +86,9 @@ void pl_ring_forget_in_child(pl_ring_t *ring);
 /* ---- writing (one writer at a time: the connection's write lock) ---- */
 
 /* Where this side's writer wraps: at `bytes` from the start (rounded down to 8, at least room for the largest
- * record, at most PL_RING_BYTES, which is where a new ring wraps). A writer that wraps early pads to the ring's end,
- * as at the end, so the reader sees no difference; the pages past the wrap are never touched, and cost no memory.
+ * record and a pad's header, at most PL_RING_BYTES, which is where a new ring wraps). A writer that wraps early pads
+ * to the ring's end, as at the end, so the reader sees no difference; the pages past the wrap are never touched,
+ * and cost no memory. A writer that stands at or past a reach set below it wraps at its next put.
  * A connection keeps its writer near (PL_RING_NEAR_BYTES) until it puts a large frame: a busy connection of small
  * messages then holds no more memory than it needs, and one that carries large ones gets the whole ring, which lets
  * a large message's fragments flow while the reader copies out the ones before. */

@@ -28,9 +28,9 @@ def add(offset, delta):
 
 
 def put(side, length=8, mark=False, split=128, reach=None):
-    """A packet of `length` bytes (8 to 65,536), or a mark; with reach "near" or "whole", the side's writer wraps
-    there from this put on."""
-    flags = (1 if mark else 0) | {None: 0, "near": 2, "whole": 4}[reach]
+    """A packet of `length` bytes (8 to 65,536), or a mark; with reach "near", "whole" or "least" (room for one
+    largest record and a pad's header: a ring that holds one), the side's writer wraps there from this put on."""
+    flags = (1 if mark else 0) | {None: 0, "near": 2, "whole": 4, "least": 6}[reach]
     return bytes([2 | side, flags]) + struct.pack("<H", 0 if mark else length - 8) + bytes([split])
 
 
@@ -74,22 +74,23 @@ seeds = {
     + put(CLIENT, 64) + put(CLIENT, mark=True) + sleep(SERVICE) + put(CLIENT, 9) + sleep(SERVICE),
     # The largest packets: a pad at the end, then the start again.
     "wrap": (put(SERVICE, 65536, reach="near") + put(SERVICE, 40000) + sleep(CLIENT)) * 3,
-    # The same over the whole ring, then near again while past the near part (it goes on to the end first).
-    "wrap-whole-then-near": (put(SERVICE, 65536, reach="whole") + put(SERVICE, 40000) + sleep(CLIENT)) * 12
+    # The same over the whole ring, then near again while past the near part (it wraps at once).
+    "wrap-whole-then-near": (put(SERVICE, 65536, reach="whole") + put(SERVICE, 40000) + sleep(CLIENT)) * 3
     + (put(SERVICE, 65536, reach="near") + put(SERVICE, 40000) + sleep(CLIENT)) * 12,
-    # A full ring: the reader's done rings the writer, whose put then goes in.
-    "full-then-room": put(SERVICE, 65536, reach="near") + put(SERVICE, 65536) + put(SERVICE, 65536) + take(CLIENT, 1)
+    # A full ring (its near part: the fourth largest packet pads from the reach and finds no room at the start):
+    # the reader's done rings the writer, whose put then goes in.
+    "full-then-room": put(SERVICE, 65536, reach="near") + put(SERVICE, 65536) * 3 + take(CLIENT, 1)
     + done(CLIENT) + put(SERVICE, 65536) + sleep(CLIENT),
-    # The writer at the ring's middle with the reader armed: the largest packet pads to the end and does not fit
-    # before the pad is taken; the reader must be rung for the pad (it was not: the writer slept, the reader too).
-    "pad-after-arm": put(SERVICE, 65528, reach="near") + sleep(CLIENT) + put(SERVICE, 65536) + take(CLIENT)
+    # The writer at the middle of a ring that holds one largest packet (the least reach) with the reader armed: the
+    # largest packet pads to the end and does not fit before the pad is taken; the reader must be rung for the pad (it was not: the writer slept, the reader too).
+    "pad-after-arm": put(SERVICE, 65528, reach="least") + sleep(CLIENT) + put(SERVICE, 65536) + take(CLIENT)
     + done(CLIENT) + put(SERVICE, 65536) + sleep(CLIENT),
     # A pass a ring, 260 of them: the client's 256th arm empties its bell, which holds 255 rings then.
     "bell-emptied": (put(SERVICE, 8) + sleep(CLIENT)) * 260,
     # The same with the bell made blocking first (by the peer): the emptying does not wait, full or empty; and
     # the writer's bell, rung for room, blocking too.
     "bell-emptied-blocking": block(CLIENT) + block(SERVICE) + (put(SERVICE, 8) + sleep(CLIENT)) * 256
-    + arm(CLIENT) * 256 + put(SERVICE, 65536, reach="near") + put(SERVICE, 65536) + take(CLIENT, 1) + done(CLIENT)
+    + arm(CLIENT) * 256 + put(SERVICE, 65536, reach="least") + put(SERVICE, 65536) + take(CLIENT, 1) + done(CLIENT)
     + put(SERVICE, 65536) + sleep(CLIENT),
     # A hostile peer says, again and again, that its reader armed or its writer waits for room: each put or done
     # rings, and the bell is emptied all the same.
@@ -98,7 +99,7 @@ seeds = {
     # A polling reader: disarmed, it takes what comes, rung by nothing, and arms again when it stops looking (the
     # pad included: a reader that looks needs no bell for it).
     "polling-reader": sleep(CLIENT) + disarm(CLIENT) + (put(SERVICE, 100) + take(CLIENT) + done(CLIENT)) * 20
-    + put(SERVICE, 65528, reach="near") + put(SERVICE, 65536) + take(CLIENT) + done(CLIENT) + put(SERVICE, 65536)
+    + put(SERVICE, 65528, reach="least") + put(SERVICE, 65536) + take(CLIENT) + done(CLIENT) + put(SERVICE, 65536)
     + arm(CLIENT)
     + sleep(CLIENT) + put(SERVICE, 8) + sleep(CLIENT),
     "tail-past-the-ring": ONE + add(S2C_TAIL, RING) + take(CLIENT),
@@ -114,13 +115,13 @@ seeds = {
     # A pad from the record after ONE to the ring's end, all of it waiting: taken as nothing.
     "pad-to-the-end": ONE + take(CLIENT) + poke(CLIENT_RECORDS, 112, record_header(RING - 112 - 8, PAD))
     + add(S2C_TAIL, RING - 112) + take(CLIENT) + done(CLIENT) + put(SERVICE, 20) + take(CLIENT),
-    # The reader's head moved past what the client put, or misaligned: the client's second put rereads it (after
-    # padding to the end, where its tail is the ring's size) and is CORRUPT.
-    "head-ahead": put(CLIENT, 65536, reach="near") + add(C2S_HEAD, RING + 8) + put(CLIENT, 65536),
-    "head-misaligned": put(CLIENT, 65536, reach="near") + add(C2S_HEAD, 4) + put(CLIENT, 65536),
-    # The same found by the pad's room check: the client's third largest packet pads, after a lap, with the head
-    # it read on the way stale.
-    "head-misaligned-at-the-pad": put(CLIENT, 65536, reach="near") + take(SERVICE) + done(SERVICE) + put(CLIENT, 65536)
+    # The reader's head moved past what the client put, or misaligned: the client's fourth put rereads it (after
+    # padding from the near reach, where its tail is the ring's size) and is CORRUPT.
+    "head-ahead": put(CLIENT, 65536, reach="near") + add(C2S_HEAD, RING + 8) + put(CLIENT, 65536) * 3,
+    "head-misaligned": put(CLIENT, 65536, reach="near") + add(C2S_HEAD, 4) + put(CLIENT, 65536) * 3,
+    # The same found by the pad's room check (the least reach): the client's third largest packet pads, after a
+    # lap, with the head it read on the way stale.
+    "head-misaligned-at-the-pad": put(CLIENT, 65536, reach="least") + take(SERVICE) + done(SERVICE) + put(CLIENT, 65536)
     + take(SERVICE) + done(SERVICE) + add(C2S_HEAD, 4) + put(CLIENT, 65536),
 }
 

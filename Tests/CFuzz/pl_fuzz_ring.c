@@ -21,7 +21,7 @@
  *                                                 split / 255 of it, or with flags bit 0 a mark (given the same
  *                                                 bytes, which it ignores); flags bit 1 sets the side's reach
  *                                                 near first (where a connection's writer wraps), bit 2 to the
- *                                                 whole ring
+ *                                                 whole ring, both to the least a writer may have
  *   3 take  count:u8                              the side takes count records, or with 0 until it gets EMPTY
  *   4 done                                        pl_ring_done_reading
  *   5 arm                                         pl_ring_arm, the rings its bell holds forgotten just before
@@ -39,8 +39,9 @@
  *   - a side's takes that find something, in a row with nothing written into the memory meanwhile by anyone else,
  *     number at most PL_RING_BYTES / 8 (a record takes 8 bytes at least): a take cannot loop;
  *   - before any hostile change: every record comes out as it went in, in order, and EMPTY only when none waits;
- *     puts are never CORRUPT, takes never BROKEN; a reader that armed and then finds bytes waiting had its bell
- *     rung; a reader that disarmed, until it arms again, has its bell rung by no put; a writer that got FULL has its bell rung by the reader's next done;
+ *     puts are never CORRUPT, takes never BROKEN; a writer writes nothing past the farthest reach it has put
+ *     with; a reader that armed and then finds bytes waiting had its bell rung; a reader that disarmed, until it
+ *     arms again, has its bell rung by no put; a writer that got FULL has its bell rung by the reader's next done;
  *   - always: a bell only fills between its side's arms, each 256th of which leaves it empty, whether its
  *     description blocks or not; no operation blocks (a 10 s timer per input aborts, rather than libFuzzer's
  *     timeout after 20 minutes).
@@ -53,6 +54,7 @@
 #include "pl_ring.h"
 
 #include <fcntl.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +65,7 @@
 #include <unistd.h>
 
 #define MAX_RECORDS (PL_RING_BYTES / PL_RING_RECORD_HEADER) /* the most a ring holds: marks only */
+#define LEAST_REACH (PL_WIRE_MAX_FRAME + 2 * PL_RING_RECORD_HEADER) /* a record, and a pad's header after it */
 #define DRAIN_EVERY 256 /* a side's arms that empty its bell: PL_BELL_DRAIN_EVERY in pl_ring.c */
 
 static void fail(const char *what, int line) {
@@ -89,6 +92,7 @@ typedef struct {
     uint64_t banked;       /* rings counted off this side's bell since it armed (rings for room as well) */
     uint32_t bell_seen;    /* the bytes its bell held when last counted */
     uint32_t arms;         /* its pl_ring_arm calls */
+    uint32_t reach_most;   /* the farthest reach its writer has put with: nothing is written past it */
     model_t in;            /* the records the other side put for this one */
 } side_t;
 
@@ -157,10 +161,12 @@ static bool field(const uint8_t *data, size_t size, size_t *at, size_t n, uint32
 static void put(side_t *writer, side_t *reader, bool hostile, uint32_t flags, uint32_t length, uint32_t split,
                 bool trace) {
     bool mark = flags & 1;
-    if (flags & 6) { /* the writer's reach first: near, or the whole ring (both: the whole ring) */
-        pl_ring_set_reach(writer->ring, flags & 4 ? PL_RING_BYTES : PL_RING_NEAR_BYTES);
-        CHECK(pl_ring_reach(writer->ring) == (flags & 4 ? PL_RING_BYTES : PL_RING_NEAR_BYTES));
+    if (flags & 6) { /* the writer's reach first: near, the whole ring, or (both bits) the least there is */
+        uint32_t reach = (flags & 6) == 6 ? LEAST_REACH : flags & 4 ? PL_RING_BYTES : PL_RING_NEAR_BYTES;
+        pl_ring_set_reach(writer->ring, (flags & 6) == 6 ? 0 : reach);
+        CHECK(pl_ring_reach(writer->ring) == reach);
     }
+    if (pl_ring_reach(writer->ring) > writer->reach_most) writer->reach_most = pl_ring_reach(writer->ring);
     length = PL_WIRE_HEADER_SIZE + length % (PL_WIRE_MAX_FRAME - PL_WIRE_HEADER_SIZE + 1);
     size_t head_length = (size_t)length * split / 255;
     const uint8_t *bytes = content(writer->next_seq);
@@ -247,7 +253,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     bool trace = getenv("PL_FUZZ_TRACE") != NULL;
     watchdog(true);
-    memset(sides, 0, sizeof sides);
+    for (int i = 0; i < 2; i++) { /* the model's arrays are read only below its count */
+        memset(&sides[i], 0, offsetof(side_t, in));
+        sides[i].in.first = sides[i].in.count = sides[i].in.bytes = 0;
+    }
     side_t *client = &sides[0], *service = &sides[1];
     int memfd, client_bell, service_bell;
     bool peer_fault;
@@ -365,7 +374,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             CHECK(pl_ring_pending_bytes(service->ring) >= service->in.bytes);
         }
     }
-end:
+end:;
+    /* A writer that kept short of the ring's end never wrote past its reach: those bytes of its ring are as the
+     * memfd began, zero. */
+    static const uint8_t zeros[4096];
+    for (int i = 0; i < 2 && !hostile; i++) {
+        const uint8_t *out = regions[i == 0 ? 2 : 1];
+        for (uint32_t b = sides[i].reach_most; b > 0 && b < PL_RING_BYTES; b += sizeof zeros) {
+            CHECK(memcmp(out + b, zeros, sizeof zeros < PL_RING_BYTES - b ? sizeof zeros : PL_RING_BYTES - b) == 0);
+        }
+    }
     munmap(view, PL_RING_MAP_BYTES);
     pl_ring_free(client->ring);
     pl_ring_free(service->ring);
