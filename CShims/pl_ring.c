@@ -49,12 +49,11 @@ typedef struct pl_ring_shared {
 } pl_ring_shared_t;
 
 _Static_assert(sizeof(pl_ring_shared_t) <= PL_RING_HEADER_BYTES, "the shared header fits its page");
-/* The largest record fits an empty ring wherever its indices stand: the writer pads to the end first, then starts
- * at the beginning. */
 _Static_assert((PL_RING_BYTES & (PL_RING_BYTES - 1)) == 0, "indices count modulo 2^32: the ring's size divides it");
-/* A writer short of the ring's end keeps room for a pad's header before its reach, so that the pad it wraps with is
- * written inside it too. (With the least reach, a record after a pad may have to wait for the reader to take the
- * pad, as in a ring of that size.) */
+/* The largest record fits an empty ring wherever its indices stand: the writer pads to the end first, then starts
+ * at the beginning. A writer short of the ring's end keeps room for a pad's header before its reach, so that the pad
+ * it wraps with is written inside it too. (With the least reach, a record after a pad may have to wait for the
+ * reader to take the pad, as in a ring of that size.) */
 #define PL_RING_LEAST_REACH (PL_WIRE_MAX_FRAME + 2u * PL_RING_RECORD_HEADER)
 _Static_assert(PL_RING_NEAR_BYTES % 8 == 0 && PL_RING_NEAR_BYTES >= PL_RING_LEAST_REACH &&
                PL_RING_NEAR_BYTES <= PL_RING_BYTES, "a near writer's part of the ring holds the largest record");
