@@ -778,7 +778,8 @@ static inline pl_status_t pl_port_receive_into(pl_port_t *port, pl_received_t *o
     if (port->count == 0 && timeout_ns != 0) {
         int64_t deadline = pl_deadline_ns(timeout_ns);
         port->waiting_receivers++;
-        while (!port->dead && port->count == 0 && !pl_port_senderless_locked(port) && pl_now_ns() < deadline) {
+        while (!port->dead && port->count == 0 && !pl_port_senderless_locked(port) &&
+               (deadline == INT64_MAX || pl_now_ns() < deadline)) {
             pl_futex_cond_wait_until(&port->receivers, &port->lock, deadline);
         }
         port->waiting_receivers--;
