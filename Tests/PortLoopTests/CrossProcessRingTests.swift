@@ -122,6 +122,59 @@ struct CrossProcessRingTests {
         }
     }
 
+    /// The resident bytes of each ring memfd this process maps (`/proc/self/smaps`): the pages it has read or
+    /// written, of its own ring and the peer's.
+    static func ringResidentBytes() throws -> [Int] {
+        // Read to the end: a /proc file says it is empty, which some readers take at its word.
+        let handle = try #require(FileHandle(forReadingAtPath: "/proc/self/smaps"))
+        defer { try? handle.close() }
+        let smaps = String(decoding: try handle.readToEnd() ?? Data(), as: UTF8.self)
+        var sizes: [Int] = []
+        var inRing = false
+        for line in smaps.split(separator: "\n") {
+            if line.first?.isHexDigit == true && line.contains("-") && !line.hasPrefix("Rss") {
+                inRing = line.contains("memfd:portloop-ring")
+            } else if inRing && line.hasPrefix("Rss:") {
+                let kilobytes = line.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? -1
+                sizes.append(kilobytes * 1024)
+            }
+        }
+        return sizes
+    }
+
+    @Test("a connection of small messages touches a quarter of each ring; large ones get the whole ring")
+    func ringMemory() throws {
+        let saved = PortNamespace.sharedRings
+        defer { PortNamespace.sharedRings = saved }
+        PortNamespace.sharedRings = .whenBusy
+        let nearQuarters = 4096 + 2 * 262_144 // the header page and each direction's first 256 KiB
+        #expect(Self.waitForRings(0) == 0) // an earlier test's connections, and their mappings, are gone
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("memory", queueLimit: 256)
+        // 4,000-byte messages, about 24 MB through the client's ring: many laps of its first 256 KiB.
+        let small = try Peer(["client", space.path, "memory", "2", "3000", "--medium", "--stay"],
+                             environment: ["PORTLOOP_SHARED_RINGS": "busy"])
+        defer { small.kill() }
+        _ = try Self.receiveInOrder(port, count: 6000)
+        #expect(small.line(startingWith: "rings") == "rings 1")
+        let afterSmall = try Self.ringResidentBytes()
+        #expect(afterSmall.count == 1 && afterSmall.allSatisfy { $0 > 0 && $0 <= nearQuarters }, "\(afterSmall)")
+        // Three of four 20,000 bytes: the client's writer takes the whole ring, and this side reads all of it.
+        let large = try Peer(["client", space.path, "memory", "2", "3000", "--large", "--stay"],
+                             environment: ["PORTLOOP_SHARED_RINGS": "busy"])
+        defer { large.kill() }
+        _ = try Self.receiveInOrder(port, count: 6000)
+        #expect(large.line(startingWith: "rings") == "rings 1")
+        let afterLarge = try Self.ringResidentBytes()
+        #expect(afterLarge.count == 2 && afterLarge.contains { $0 > 1_048_576 }, "\(afterLarge)")
+        #expect(afterLarge.filter { $0 <= nearQuarters }.count == 1, "the small client's ring grew: \(afterLarge)")
+        for client in [small, large] {
+            client.tell("exit")
+            #expect(client.finish() == 0)
+        }
+        #expect(Self.waitForRings(0) == 0)
+    }
+
     @Test("descriptors cross in order with the messages around them, through the socket beside the ring")
     func descriptorsInOrder() throws {
         let saved = PortNamespace.sharedRings
