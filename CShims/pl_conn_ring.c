@@ -161,8 +161,10 @@ static bool pl_conn_ring_offered(pl_conn_t *conn, const pl_wire_frame_t *frame, 
             close(bell);
             return false;
         }
-        if (ring != NULL) fds[1] = -1; /* this side's bell now, the ring's */
-        if (ring != NULL) pl_ring_set_reach(ring, PL_RING_NEAR_BYTES);
+        if (ring != NULL) {
+            fds[1] = -1; /* this side's bell now, the ring's */
+            pl_ring_set_reach(ring, PL_RING_NEAR_BYTES);
+        }
     }
     pthread_mutex_lock(&conn->write_lock);
     /* Frames waiting in the outgoing queue would have to go before the acceptance: not now, then. */
@@ -269,9 +271,7 @@ int pl_conn_ring_write_locked(pl_conn_t *conn, const uint8_t *head, size_t head_
     pl_ring_put_result_t put = PL_RING_PUT;
     bool by_socket = fd_count > 0;
     conn->socket_blocked = false;
-    if (!packed && head_length + body_length >= PL_RING_FAR_FROM && pl_ring_reach(conn->ring) < PL_RING_BYTES) {
-        pl_ring_set_reach(conn->ring, PL_RING_BYTES);
-    }
+    if (!packed && head_length + body_length >= PL_RING_FAR_FROM) pl_ring_set_reach(conn->ring, PL_RING_BYTES);
     if (!by_socket) {
         put = pl_ring_put(conn->ring, head, head_length, body, body_length, false);
     } else if (!*marked) {

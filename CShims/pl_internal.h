@@ -349,6 +349,12 @@ static inline int64_t pl_deadline_ns(int64_t timeout_ns) {
     return (timeout_ns > INT64_MAX - now) ? INT64_MAX : now + timeout_ns;
 }
 
+/* Whether a deadline from pl_deadline_ns has passed. Forever (INT64_MAX) never does, and reads no clock: a waiter
+ * with no deadline would otherwise read it on every wake-up. */
+static inline bool pl_deadline_passed(int64_t deadline_ns) {
+    return deadline_ns != INT64_MAX && pl_now_ns() >= deadline_ns;
+}
+
 static inline bool pl_timeout_valid(int64_t timeout_ns) {
     return timeout_ns >= 0 || timeout_ns == PL_TIMEOUT_FOREVER;
 }

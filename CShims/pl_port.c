@@ -373,7 +373,7 @@ static pl_status_t pl_port_wait_for_room_locked(pl_port_t *port, int64_t timeout
     if (timeout_ns == 0) return PL_ERR_TIMED_OUT;
     int64_t deadline = pl_deadline_ns(timeout_ns);
     port->waiting_senders++;
-    while (!port->dead && pl_port_full_locked(port) && pl_now_ns() < deadline) {
+    while (!port->dead && pl_port_full_locked(port) && !pl_deadline_passed(deadline)) {
         if (port->reserved > 0 && !port->reclaim_asked) {
             port->reclaim_asked = true;
             pthread_mutex_unlock(&port->lock);
@@ -778,8 +778,7 @@ static inline pl_status_t pl_port_receive_into(pl_port_t *port, pl_received_t *o
     if (port->count == 0 && timeout_ns != 0) {
         int64_t deadline = pl_deadline_ns(timeout_ns);
         port->waiting_receivers++;
-        while (!port->dead && port->count == 0 && !pl_port_senderless_locked(port) &&
-               (deadline == INT64_MAX || pl_now_ns() < deadline)) {
+        while (!port->dead && port->count == 0 && !pl_port_senderless_locked(port) && !pl_deadline_passed(deadline)) {
             pl_futex_cond_wait_until(&port->receivers, &port->lock, deadline);
         }
         port->waiting_receivers--;

@@ -644,8 +644,7 @@ static pl_status_t pl_port_set_receive_looking(pl_port_set_t *set, pl_received_t
             continue;
         }
 
-        /* Forever reads no clock: a loop asleep with nothing timed would read it on every wake-up. */
-        if (timeout_ns == 0 || (deadline != INT64_MAX && pl_now_ns() >= deadline)) {
+        if (timeout_ns == 0 || pl_deadline_passed(deadline)) {
             /* A poll, or a deadline that passed before this receive slept in the poller (1 ns, or a thread
              * preempted): look at the descriptors, and at the sockets and bells of the connections that feed us,
              * once, as a leader's sleep would have. */

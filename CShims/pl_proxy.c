@@ -294,7 +294,7 @@ static pl_status_t pl_proxy_take_credit(pl_port_t *port, int64_t timeout_ns, int
             pthread_mutex_lock(&conn->lock);
             continue;
         }
-        if (pl_now_ns() >= answer_deadline) break;
+        if (pl_deadline_passed(answer_deadline)) break;
         pl_cond_wait_until(&conn->changed, &conn->lock, answer_deadline);
     }
     pthread_mutex_unlock(&conn->lock);
@@ -386,7 +386,7 @@ static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *paylo
     pthread_mutex_lock(&conn->write_lock);
     /* A message through a send-once right never waits: like a control frame, it is bounded by the rights. */
     while (!once && conn->fd >= 0 && conn->out_head != NULL && conn->out_bytes + need > PL_CONN_OUTGOING_LIMIT) {
-        if (timeout_ns == 0 || pl_now_ns() >= deadline) {
+        if (timeout_ns == 0 || pl_deadline_passed(deadline)) {
             pthread_mutex_unlock(&conn->write_lock);
             pl_proxy_give_back_credit(port);
             if (ool) close(ool_fd);

@@ -151,24 +151,25 @@ struct CrossProcessRingTests {
         #expect(Self.waitForRings(0) == 0) // an earlier test's connections, and their mappings, are gone
         let space = TemporaryNamespace()
         let port = try space.namespace.checkIn("memory", queueLimit: 256)
+        var clients: [Peer] = []
+        defer { clients.forEach { $0.kill() } }
+        /// A client of two threads sending 3,000 messages each (`size`: its client flag), all received, on a ring.
+        func stream(_ size: String) throws {
+            clients.append(try Peer(["client", space.path, "memory", "2", "3000", size, "--stay"],
+                                    environment: ["PORTLOOP_SHARED_RINGS": "busy"]))
+            _ = try Self.receiveInOrder(port, count: 6000)
+            #expect(clients.last?.line(startingWith: "rings") == "rings 1")
+        }
         // 4,000-byte messages, about 24 MB through the client's ring: many laps of its first 256 KiB.
-        let small = try Peer(["client", space.path, "memory", "2", "3000", "--medium", "--stay"],
-                             environment: ["PORTLOOP_SHARED_RINGS": "busy"])
-        defer { small.kill() }
-        _ = try Self.receiveInOrder(port, count: 6000)
-        #expect(small.line(startingWith: "rings") == "rings 1")
+        try stream("--medium")
         let afterSmall = try Self.ringResidentBytes()
         #expect(afterSmall.count == 1 && afterSmall.allSatisfy { $0 > 0 && $0 <= nearQuarters }, "\(afterSmall)")
         // Three of four 20,000 bytes: the client's writer takes the whole ring, and this side reads all of it.
-        let large = try Peer(["client", space.path, "memory", "2", "3000", "--large", "--stay"],
-                             environment: ["PORTLOOP_SHARED_RINGS": "busy"])
-        defer { large.kill() }
-        _ = try Self.receiveInOrder(port, count: 6000)
-        #expect(large.line(startingWith: "rings") == "rings 1")
+        try stream("--large")
         let afterLarge = try Self.ringResidentBytes()
         #expect(afterLarge.count == 2 && afterLarge.contains { $0 > 1_048_576 }, "\(afterLarge)")
         #expect(afterLarge.filter { $0 <= nearQuarters }.count == 1, "the small client's ring grew: \(afterLarge)")
-        for client in [small, large] {
+        for client in clients {
             client.tell("exit")
             #expect(client.finish() == 0)
         }
