@@ -468,12 +468,13 @@ static bool pl_fragment_still_expected(const pl_conn_t *conn, pl_fragment_read_t
     return conn->rx.active && conn->rx_serial == read.serial && conn->rx.received == read.at;
 }
 
-pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budget, int batch_size, const char **why,
-                                     int *taken) {
+pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budget, size_t bytes, int batch_size,
+                                     const char **why, int *taken) {
     *taken = 0;
     int read = 0;
+    size_t read_bytes = 0;
     if (batch_size > PL_READ_BATCH) batch_size = PL_READ_BATCH;
-    while (read < budget) {
+    while (read < budget && read_bytes < bytes) {
         /* Up to PL_READ_BATCH packets a system call: a lone one costs no second call that finds nothing. */
         union {
             char bytes[PL_CMSG_SPACE];
@@ -547,6 +548,7 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
                 return PL_READ_ENDED;
             }
             (*taken)++;
+            read_bytes += batch[k].msg_len;
         }
         read += n;
         if (n > 0) conn->packets_read += (uint64_t)n;
@@ -560,13 +562,15 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
     return PL_READ_MORE;
 }
 
-pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why) {
+pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budget, size_t bytes, const char **why) {
     *why = NULL;
     pl_read_result_t result = PL_READ_DRAINED;
     int taken = 0;
-    if (!conn->ring_reading) result = pl_conn_read_socket(conn, buffer, budget, PL_READ_BATCH, why, &taken);
+    if (!conn->ring_reading) result = pl_conn_read_socket(conn, buffer, budget, bytes, PL_READ_BATCH, why, &taken);
+    /* A switch to the ring in the socket's batch: the ring has the turn's whole byte budget (a socket's part is
+     * packets before the switch, a handful). */
     if (result != PL_READ_ENDED && conn->ring_reading && taken < budget) {
-        result = pl_conn_read_ring(conn, buffer, budget - taken, why);
+        result = pl_conn_read_ring(conn, buffer, budget - taken, bytes, why);
     }
     if (result == PL_READ_ENDED) return result;
     /* The peer may have made room in the ring for what waits in our outgoing queue: this side's bell rang. */
@@ -574,12 +578,17 @@ pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budge
         atomic_load_explicit(&conn->ring_writing, memory_order_acquire)) {
         pl_conn_flush_outgoing(conn);
     }
+    /* Credit that a one-way stream's sender will soon need, and that no reply will carry (pl_credit.c). */
+    if (atomic_load_explicit(&conn->credit_due, memory_order_acquire) &&
+        atomic_exchange_explicit(&conn->credit_due, false, memory_order_acq_rel)) {
+        pl_conn_flush_owed(conn);
+    }
     pl_conn_ring_after_read(conn);
     return result;
 }
 
-pl_read_result_t pl_conn_read_turn(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why, bool *took,
-                                   uint64_t *packets) {
+pl_read_result_t pl_conn_read_turn(pl_conn_t *conn, uint8_t *buffer, int budget, size_t bytes, const char **why,
+                                   bool *took, uint64_t *packets) {
     *packets = 0;
     *took = pthread_mutex_trylock(&conn->read_lock) == 0;
     if (!*took) {
@@ -592,7 +601,7 @@ pl_read_result_t pl_conn_read_turn(pl_conn_t *conn, uint8_t *buffer, int budget,
     for (;;) {
         atomic_store_explicit(&conn->read_again, false, memory_order_relaxed); /* this read covers any note so far */
         uint64_t before = conn->packets_read;
-        pl_read_result_t result = pl_conn_read_frames(conn, buffer, budget, why);
+        pl_read_result_t result = pl_conn_read_frames(conn, buffer, budget, bytes, why);
         *packets += conn->packets_read - before;
         if (result == PL_READ_ENDED) return result; /* still locked */
         pthread_mutex_unlock(&conn->read_lock);

@@ -326,15 +326,16 @@ bool pl_conn_ring_take_to_mark(pl_conn_t *conn, uint8_t *scratch, const char **w
     }
 }
 
-pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why) {
+pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget, size_t bytes, const char **why) {
     pl_ring_t *ring = conn->ring; /* the reader's while it reads by ring: only the teardown, under read_lock, frees it */
     pl_read_result_t result = PL_READ_DRAINED;
     int read = 0;
+    size_t read_bytes = 0;
     bool looked_again = false;
-    while (read < budget) {
+    while (read < budget && read_bytes < bytes) {
         if (conn->ring_mark) {
             int taken = 0;
-            result = pl_conn_read_socket(conn, buffer, 1, 1, why, &taken);
+            result = pl_conn_read_socket(conn, buffer, 1, SIZE_MAX, 1, why, &taken);
             if (result == PL_READ_ENDED) break;
             if (taken == 0) break; /* its packet is on its way: the socket wakes us */
             conn->ring_mark = false;
@@ -346,6 +347,7 @@ pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget,
         pl_ring_take_result_t took = pl_ring_take(ring, buffer, &length, &reason);
         if (took == PL_RING_PACKET) {
             read++;
+            read_bytes += length;
             conn->packets_read++;
             if (!pl_conn_receive_packet(conn, buffer, length, NULL, 0, &reason)) {
                 *why = reason;
@@ -386,7 +388,7 @@ pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget,
     }
     if (result != PL_READ_ENDED) {
         pl_ring_done_reading(ring);
-        if (read >= budget) result = PL_READ_MORE;
+        if (read >= budget || read_bytes >= bytes) result = PL_READ_MORE;
     }
     return result;
 }

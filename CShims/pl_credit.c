@@ -21,6 +21,9 @@ uint32_t pl_export_total(void) { return atomic_load_explicit(&pl_export_count, m
 
 static inline uint32_t pl_window(const pl_port_t *port) { return port->qlimit / 2 > 0 ? port->qlimit / 2 : 1; }
 
+/* The smallest window whose credit goes back before the sender asks for it (pl_remote_room_freed_locked). */
+#define PL_CREDIT_EARLY_WINDOW 8u
+
 static inline uint32_t pl_free_room_locked(const pl_port_t *port) {
     uint32_t used = port->count + port->reserved;
     return port->dead || used >= port->qlimit ? 0 : port->qlimit - used;
@@ -42,9 +45,11 @@ static pl_export_t *pl_find_export_locked(pl_port_t *port, pl_conn_t *conn) {
     return NULL;
 }
 
-/* Adds credit the peer has not been told of; the next frame to it, or the transport when it waits, tells it. */
-static void pl_export_owe(pl_export_t *e, uint32_t count) {
-    if (atomic_fetch_add_explicit(&e->owed, count, memory_order_acq_rel) != 0) return;
+/* Adds credit the peer has not been told of; the next frame to it, or the transport when it waits, tells it.
+ * Returns what is owed now. */
+static uint32_t pl_export_owe(pl_export_t *e, uint32_t count) {
+    uint32_t before = atomic_fetch_add_explicit(&e->owed, count, memory_order_acq_rel);
+    if (before != 0) return before + count;
     pl_conn_t *conn = e->conn;
     pthread_mutex_lock(&conn->owed_lock);
     if (!e->in_owed_list) {
@@ -53,6 +58,7 @@ static void pl_export_owe(pl_export_t *e, uint32_t count) {
         conn->owed_head = e;
     }
     pthread_mutex_unlock(&conn->owed_lock);
+    return count;
 }
 
 /* Gives free room to peers waiting for credit, first come first served (port lock held): by their place in
@@ -218,7 +224,15 @@ void pl_remote_room_freed_locked(pl_port_t *port, pl_export_t *e) {
     if (e->dropped || pl_free_room_locked(port) == 0 || e->lent >= pl_window(port)) return;
     e->lent++;
     port->reserved++;
-    pl_export_owe(e, 1);
+    /* A sender streaming one way gets no reply to carry its credit back: it would spend its window, ask, and wait a
+     * round trip of wake-ups for more (at 8-byte messages, every 512). Once a quarter of the window is owed, the
+     * connection's next read sends it. A small window is a request port's, whose replies carry its credit back:
+     * a frame of its own would cost the peer a wake-up. */
+    uint32_t window = pl_window(port);
+    uint32_t owed = pl_export_owe(e, 1);
+    if (window >= PL_CREDIT_EARLY_WINDOW && owed == window / 4) {
+        atomic_store_explicit(&e->conn->credit_due, true, memory_order_release);
+    }
 }
 
 /* ---- frames from holders ----------------------------------------------------------------------------- */

@@ -261,6 +261,10 @@ static bool pl_proxy_dead_name(pl_port_t *port) {
     return dead;
 }
 
+static atomic_uint_fast64_t pl_credit_requests; /* WANT frames sent since the process started */
+
+uint64_t pl_remote_credit_requests(void) { return atomic_load_explicit(&pl_credit_requests, memory_order_relaxed); }
+
 /* Spends one credit, asking for more and waiting as needed (no lock held). */
 static pl_status_t pl_proxy_take_credit(pl_port_t *port, int64_t timeout_ns, int64_t deadline) {
     pl_proxy_t *proxy = port->proxy;
@@ -290,6 +294,7 @@ static pl_status_t pl_proxy_take_credit(pl_port_t *port, int64_t timeout_ns, int
             answers = conn->credit_answers;
             uint32_t handle = proxy->handle;
             pthread_mutex_unlock(&conn->lock);
+            atomic_fetch_add_explicit(&pl_credit_requests, 1, memory_order_relaxed);
             pl_conn_write_control(conn, PL_FRAME_WANT, handle, timeout_ns == 0 ? 0 : PL_WANT_WAIT, 0);
             pthread_mutex_lock(&conn->lock);
             continue;

@@ -205,6 +205,7 @@ struct pl_conn {
 
     pthread_mutex_t owed_lock;
     pl_export_t *owed_head;
+    atomic_bool credit_due;   /* an export owes a quarter of its window: the next read sends what is owed */
 
     /* the shared-memory rings (pl_conn_ring.c) */
     pl_ring_t *ring;          /* write_lock to set (offered or adopted), freed at teardown; the reader's once reading */
@@ -291,14 +292,22 @@ typedef enum pl_read_result {
 
 /* Packets one read takes at most (recvmmsg); a reader's buffer holds this many frames. */
 #define PL_READ_BATCH 4
-/* Reads and handles up to about `budget` frames (read_lock held) into `buffer` (PL_READ_BATCH frames' room). */
-pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why);
+/* What a set's receiver reads in one turn before it hands the rest to the transport. Frames: as many as one peer
+ * may have in flight to a port (half the largest queue limit), so that one peer's stream of small messages is read
+ * in a turn; handing it over every 64 frames woke the transport, and two readers then took turns at one ring for
+ * work that one does faster. Bytes: a stream of large messages is handed over as before, every 4 MiB (64 of the
+ * largest frames): there a second reader's copying is worth its wake-up. */
+#define PL_SET_READ_FRAMES ((int)(PL_QLIMIT_MAX / 2))
+#define PL_SET_READ_BYTES ((size_t)64 * PL_WIRE_MAX_FRAME)
+/* Reads and handles up to about `budget` frames, and about `bytes` bytes of them (read_lock held), into `buffer`
+ * (PL_READ_BATCH frames' room). */
+pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budget, size_t bytes, const char **why);
 /* A woken reader's turn: takes read_lock and reads, or, when another reader holds it, leaves that reader a note to
  * read once more before it lets go (a bell is an edge: what woke this thread must not be lost), and returns with
  * *took false. With PL_READ_ENDED it returns holding read_lock (the caller lets go of the connection's watches,
  * unlocks, then ends it); otherwise unlocked. *packets: packets read in the turn. */
-pl_read_result_t pl_conn_read_turn(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why, bool *took,
-                                   uint64_t *packets);
+pl_read_result_t pl_conn_read_turn(pl_conn_t *conn, uint8_t *buffer, int budget, size_t bytes, const char **why,
+                                   bool *took, uint64_t *packets);
 
 /* Handles one received frame (the reader). false: the peer broke the protocol (reason set). */
 bool pl_conn_receive_frame(pl_conn_t *conn, const uint8_t *packet, size_t length, int *fds, uint32_t fd_count,
@@ -333,14 +342,14 @@ void pl_conn_ring_after_read(pl_conn_t *conn);
 void pl_conn_ring_after_hello(pl_conn_t *conn);
 /* Reads up to `budget` packets from the socket, `batch` a system call (the reader): as pl_conn_read_frames, and
  * *taken says how many it handled. */
-pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budget, int batch, const char **why,
-                                     int *taken);
+pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budget, size_t bytes, int batch,
+                                     const char **why, int *taken);
 /* Handles the ring's packets up to its next mark and takes the mark (the reader, ring_reading): for a packet read
  * from the socket in the batch that carried the switch, behind the switch frame. false: no mark was there, or the
  * peer broke the ring (*why). */
 bool pl_conn_ring_take_to_mark(pl_conn_t *conn, uint8_t *scratch, const char **why);
 /* Reads the ring (the reader, ring_reading): as pl_conn_read_frames. */
-pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget, const char **why);
+pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget, size_t bytes, const char **why);
 /* Whether the ring holds records for its reader, looked at from outside the reader (no lock held); `take_arm`:
  * a lookout's look, which keeps the ring unarmed. */
 bool pl_conn_ring_pending(pl_conn_t *conn, bool take_arm);

@@ -69,6 +69,7 @@ struct pl_ring {
     uint32_t out_reach;       /* where this side's writer wraps (pl_ring_set_reach) */
     uint32_t in_head;         /* what this side has taken: the authority */
     uint32_t in_head_shared;  /* the head last stored where the writer sees it */
+    uint32_t in_tail_seen;    /* the writer's tail as last read: reread only once this side has taken up to it */
     uint32_t arms;            /* times this side armed: its bell is emptied every PL_BELL_DRAIN_EVERY */
     int bell;                 /* this side's bell: the read end of the pipe the peer rings, once taken (-1 before) */
     int ringer;               /* the write end of the peer's bell: this side's own, never the peer's */
@@ -386,64 +387,71 @@ pl_ring_put_result_t pl_ring_put_mark_for_socket(pl_ring_t *ring) {
 /* ---- reading ---------------------------------------------------------------------------------------- */
 
 pl_ring_take_result_t pl_ring_take(pl_ring_t *ring, uint8_t *out, size_t *out_length, const char **reason) {
-    uint32_t tail = atomic_load_explicit(&ring->in->tail, memory_order_acquire);
-    uint32_t waiting = tail - ring->in_head;
-    if (waiting > PL_RING_BYTES || (waiting & 7u) != 0) {
-        *reason = "ring: the writer's index is out of bounds";
-        return PL_RING_BROKEN;
-    }
-    /* Each pass takes a pad or a record, so `waiting` shrinks every time round: a ring of pads ends too. */
-    while (waiting > 0) {
-        uint32_t at = ring->in_head % PL_RING_BYTES;
-        uint32_t to_end = PL_RING_BYTES - at;
-        uint8_t h[PL_RING_RECORD_HEADER];
-        memcpy(h, ring->in_data + at, sizeof h); /* read once: the peer may change it under us */
-        uint32_t length = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
-        uint16_t kind = (uint16_t)(h[4] | h[5] << 8);
-        if (h[6] != 0 || h[7] != 0) {
-            *reason = "ring: a record's reserved bytes are not zero";
+    /* A load of the writer's tail for every record would pull its cache line over for each message, and make the
+     * writer's next store pull it back: what one load said is taken first, and the tail is loaded again only then
+     * (or when only pads were left of it). */
+    for (bool fresh = ring->in_tail_seen == ring->in_head;; fresh = true) {
+        if (fresh) ring->in_tail_seen = atomic_load_explicit(&ring->in->tail, memory_order_acquire);
+        uint32_t waiting = ring->in_tail_seen - ring->in_head;
+        if (waiting > PL_RING_BYTES || (waiting & 7u) != 0) {
+            *reason = "ring: the writer's index is out of bounds";
             return PL_RING_BROKEN;
         }
-        if (kind == PL_RECORD_PAD) {
-            if (length != to_end - PL_RING_RECORD_HEADER || to_end > waiting) {
-                *reason = "ring: a pad that does not end at the ring's end";
+        /* Each pass takes a pad or a record, so `waiting` shrinks every time round: a ring of pads ends too. */
+        while (waiting > 0) {
+            uint32_t at = ring->in_head % PL_RING_BYTES;
+            uint32_t to_end = PL_RING_BYTES - at;
+            uint8_t h[PL_RING_RECORD_HEADER];
+            memcpy(h, ring->in_data + at, sizeof h); /* read once: the peer may change it under us */
+            uint32_t length = (uint32_t)h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
+            uint16_t kind = (uint16_t)(h[4] | h[5] << 8);
+            if (h[6] != 0 || h[7] != 0) {
+                *reason = "ring: a record's reserved bytes are not zero";
                 return PL_RING_BROKEN;
             }
-            ring->in_head += to_end;
-            waiting -= to_end;
-            continue;
-        }
-        if (length > PL_WIRE_MAX_FRAME) {
-            *reason = "ring: a record over the largest packet";
-            return PL_RING_BROKEN;
-        }
-        uint32_t need = PL_RING_RECORD_HEADER + pl_align8(length);
-        if (need > to_end || need > waiting) {
-            *reason = "ring: a record runs past the ring's end or the writer's index";
-            return PL_RING_BROKEN;
-        }
-        if (kind == PL_RECORD_MARK) {
-            if (length != 0) {
-                *reason = "ring: a mark with bytes";
+            if (kind == PL_RECORD_PAD) {
+                if (length != to_end - PL_RING_RECORD_HEADER || to_end > waiting) {
+                    *reason = "ring: a pad that does not end at the ring's end";
+                    return PL_RING_BROKEN;
+                }
+                ring->in_head += to_end;
+                waiting -= to_end;
+                continue;
+            }
+            if (length > PL_WIRE_MAX_FRAME) {
+                *reason = "ring: a record over the largest packet";
                 return PL_RING_BROKEN;
             }
-        } else if (kind != PL_RECORD_PACKET || length < PL_WIRE_HEADER_SIZE) {
-            *reason = kind != PL_RECORD_PACKET ? "ring: a record of no known kind" : "ring: a packet shorter than a frame";
-            return PL_RING_BROKEN;
-        } else {
-            memcpy(out, ring->in_data + at + PL_RING_RECORD_HEADER, length); /* decoded from our copy only */
-            *out_length = length;
+            uint32_t need = PL_RING_RECORD_HEADER + pl_align8(length);
+            if (need > to_end || need > waiting) {
+                *reason = "ring: a record runs past the ring's end or the writer's index";
+                return PL_RING_BROKEN;
+            }
+            if (kind == PL_RECORD_MARK) {
+                if (length != 0) {
+                    *reason = "ring: a mark with bytes";
+                    return PL_RING_BROKEN;
+                }
+            } else if (kind != PL_RECORD_PACKET || length < PL_WIRE_HEADER_SIZE) {
+                *reason = kind != PL_RECORD_PACKET ? "ring: a record of no known kind"
+                                                   : "ring: a packet shorter than a frame";
+                return PL_RING_BROKEN;
+            } else {
+                memcpy(out, ring->in_data + at + PL_RING_RECORD_HEADER, length); /* decoded from our copy only */
+                *out_length = length;
+            }
+            ring->in_head += need;
+            /* A long pass gives room back on the way, not only at its end. Sequentially consistent:
+             * pl_ring_done_reading then stores nothing, and this store is the half of its Dekker pair with
+             * writer_waiting. */
+            if (ring->in_head - ring->in_head_shared >= PL_RING_GIVE_BACK_BYTES) {
+                atomic_store_explicit(&ring->in->head, ring->in_head, memory_order_seq_cst);
+                ring->in_head_shared = ring->in_head;
+            }
+            return kind == PL_RECORD_MARK ? PL_RING_MARK : PL_RING_PACKET;
         }
-        ring->in_head += need;
-        /* A long pass gives room back on the way, not only at its end. Sequentially consistent: pl_ring_done_reading
-         * then stores nothing, and this store is the half of its Dekker pair with writer_waiting. */
-        if (ring->in_head - ring->in_head_shared >= PL_RING_GIVE_BACK_BYTES) {
-            atomic_store_explicit(&ring->in->head, ring->in_head, memory_order_seq_cst);
-            ring->in_head_shared = ring->in_head;
-        }
-        return kind == PL_RECORD_MARK ? PL_RING_MARK : PL_RING_PACKET;
+        if (fresh) return PL_RING_EMPTY;
     }
-    return PL_RING_EMPTY;
 }
 
 void pl_ring_done_reading(pl_ring_t *ring) {

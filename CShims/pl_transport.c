@@ -600,7 +600,7 @@ static pl_read_result_t pl_read_conn(pl_conn_t *conn, uint8_t *buffer) {
     const char *why;
     bool took = false;
     uint64_t packets = 0;
-    pl_read_result_t result = pl_conn_read_turn(conn, buffer, PL_FRAMES_PER_WAKE, &why, &took, &packets);
+    pl_read_result_t result = pl_conn_read_turn(conn, buffer, PL_FRAMES_PER_WAKE, SIZE_MAX, &why, &took, &packets);
     if (!took) return PL_READ_DRAINED;
     if (result == PL_READ_ENDED) {
         pthread_mutex_unlock(&conn->read_lock);

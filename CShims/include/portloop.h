@@ -762,6 +762,11 @@ uint64_t pl_remote_transport_rests(void);
  *  benchmarks. */
 uint64_t pl_remote_ring_bells(void);
 
+/** How many times, since it started, a sender in this process found no credit for a port of another process and
+ *  asked the port's owner for room (a WANT frame): that receiver had not given room back yet. A statistic, for
+ *  tests and benchmarks. */
+uint64_t pl_remote_credit_requests(void);
+
 /* ------------------------------------------------------------------------------------------------ */
 /* The main dispatch queue (libdispatch's hooks for CoreFoundation)                                   */
 

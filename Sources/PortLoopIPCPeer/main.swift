@@ -17,12 +17,14 @@
 //       (a test's stand-in for systemd, which sets it after fork). --refuse: a policy that admits nobody (not even
 //       this user or root), so every look-up is refused. --spin: the loop polls for the longest spin allowed
 //       before it sleeps (PortRunLoop.maxSpinBeforeSleeping), the low-latency mode.
-//   client DIR NAME THREADS COUNT [--fds] [--large] [--medium] [--stay]
+//   client DIR NAME THREADS COUNT [--fds] [--large] [--medium] [--paced] [--stay]
 //       looks NAME up; THREADS threads each send COUNT messages id 8 with payload "pid thread seq", waiting
 //       forever for room; prints `sent N` when all are sent. --fds: every third message (seq divisible by 3)
 //       carries a descriptor, /dev/null. --large: three of four (seq not divisible by 4) are padded with spaces to
-//       20,000 bytes. --medium: every one is padded to 4,000 bytes. --stay: then prints `rings N` (CrossProcessStatistics'
-//       sharedRingConnections) and exits only when a line arrives on stdin.
+//       20,000 bytes. --medium: every one is padded to 4,000 bytes. --paced (one thread): after every 100 messages
+//       but the last, prints `paced N` (N sent so far) and waits for a line on stdin. --stay: then prints `rings N`
+//       (CrossProcessStatistics' sharedRingConnections) and `asked N` (its creditRequests), and exits only when a
+//       line arrives on stdin.
 //   stream DIR NAME COUNT [SIZE] [--pack] [--exit-now]
 //       looks NAME up, prints `ready` and waits for a line on stdin; then one thread sends COUNT messages id 8
 //       back to back, payload "pid 0 seq" padded with spaces to SIZE bytes (default 16), waiting forever for room;
@@ -271,7 +273,8 @@ case "serve":
     exit(0)
 
 case "client":
-    guard arguments.count == 5, let threads = Int(arguments[3]), let count = Int(arguments[4]) else { fail("usage") }
+    guard arguments.count == 5, let threads = Int(arguments[3]), let count = Int(arguments[4]),
+          threads == 1 || !flags.contains("--paced") else { fail("usage") }
     let service: PortSendRight
     do { service = try namespace.lookUp(name) } catch { fail("lookUp: \(error)") }
     say("ready \(getpid())")
@@ -296,6 +299,10 @@ case "client":
                     }
                     if flags.contains("--medium") { bytes += [UInt8](repeating: 0x20, count: 4_000 - bytes.count) }
                     try service.send(id: 8, bytes: bytes, attachments: attachments)
+                    if flags.contains("--paced"), (seq + 1) % 100 == 0, seq + 1 < count {
+                        say("paced \(seq + 1)")
+                        _ = readLine()
+                    }
                 } catch {
                     lock.lock(); failures.append("\(thread)/\(seq): \(error)"); lock.unlock()
                     break
@@ -309,6 +316,7 @@ case "client":
     say("sent \(threads * count)")
     if flags.contains("--stay") {
         say("rings \(CrossProcessStatistics.current.sharedRingConnections)")
+        say("asked \(CrossProcessStatistics.current.creditRequests)")
         _ = readLine()
     }
     exit(0)

@@ -81,6 +81,10 @@ seeds = {
     # the reader's done rings the writer, whose put then goes in.
     "full-then-room": put(SERVICE, 65536, reach="near") + put(SERVICE, 65536) * 3 + take(CLIENT, 1)
     + done(CLIENT) + put(SERVICE, 65536) + sleep(CLIENT),
+    # The reader goes on from a tail it loaded earlier, which ends with a pad (the writer's fourth put found no room
+    # past it); the packet put meanwhile at the start is found by loading the tail again, not left for a later pass.
+    "seen-then-pad": put(SERVICE, 65536, reach="near") + put(SERVICE, 65536) * 3 + take(CLIENT, 1) + done(CLIENT)
+    + put(SERVICE, 65536) + take(CLIENT) + done(CLIENT),
     # The writer at the middle of a ring that holds one largest packet (the least reach) with the reader armed: the
     # largest packet pads to the end and does not fit before the pad is taken; the reader must be rung for the pad (it was not: the writer slept, the reader too).
     "pad-after-arm": put(SERVICE, 65528, reach="least") + sleep(CLIENT) + put(SERVICE, 65536) + take(CLIENT)

@@ -2700,7 +2700,7 @@ static pl_read_result_t hand_read(hand_conn_t *h, int batch, const char **why) {
     int taken;
     pl_read_result_t result;
     do {
-        result = pl_conn_read_socket(h->conn, h->buffer, PL_READ_BATCH, batch, why, &taken);
+        result = pl_conn_read_socket(h->conn, h->buffer, PL_READ_BATCH, SIZE_MAX, batch, why, &taken);
     } while (result == PL_READ_MORE);
     return result;
 }
@@ -2857,7 +2857,7 @@ static void hand_ring_put(pl_ring_t *ring, const uint8_t *frame, size_t length) 
 static pl_read_result_t hand_read_ring(hand_conn_t *h, const char **why) {
     pl_read_result_t result;
     do {
-        result = pl_conn_read_ring(h->conn, h->buffer, PL_READ_BATCH, why);
+        result = pl_conn_read_ring(h->conn, h->buffer, PL_READ_BATCH, SIZE_MAX, why);
     } while (result == PL_READ_MORE);
     return result;
 }

@@ -74,6 +74,31 @@ struct CrossProcessFlowControlTests {
         #expect(throws: PortError.timedOut) { try local.send(id: 9, timeout: .poll) }
     }
 
+    @Test("a sender streaming one way gets its room back before it runs out: it never has to ask for credit")
+    func roomComesBackEarly() throws {
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("stream", queueLimit: 1024) // a client's share: 512
+        // Paced by this side (100 messages, then a line), so that the stream never gets ahead of the receiver:
+        // 2,000 messages, four times the share. Without room sent back early, it would ask at 512 and again after.
+        let client = try Peer(["client", space.path, "stream", "1", "2000", "--paced", "--stay"])
+        defer { client.kill() }
+        let me = client.pid
+        for round in 1...20 {
+            for seq in (round - 1) * 100..<round * 100 {
+                let message = try port.receive(timeout: .seconds(10))
+                #expect(String(decoding: message.payload, as: UTF8.self) == "\(me) 0 \(seq)")
+            }
+            if round < 20 {
+                #expect(client.line(startingWith: "paced \(round * 100)") != nil)
+                client.tell("go")
+            }
+        }
+        #expect(client.line(startingWith: "sent") == "sent 2000")
+        #expect(client.line(startingWith: "asked") == "asked 0")
+        client.tell("exit")
+        #expect(client.finish() == 0)
+    }
+
     @Test("room lent to a remote client that stopped sending is reclaimed for a local sender")
     func reclaim() throws {
         let space = TemporaryNamespace()

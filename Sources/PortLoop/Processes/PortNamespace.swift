@@ -172,6 +172,12 @@ public struct CrossProcessStatistics: Sendable, Hashable {
     /// each: a reader that had stopped looking, or a writer waiting for room. A reader still at work costs its
     /// writers none, nor does a loop polling in the low-latency mode (``PortRunLoop/spinBeforeSleeping``).
     public let sharedRingWakeUps: Int
+    /// How many times, since it started, a sender in this process had no room lent for a port of another
+    /// process and asked the port's owner for some (a WANT frame; it then waits for the answer, as a sender to a
+    /// full local port waits). Room freed at the receiver goes back with its next message to this process, or,
+    /// for a port whose queue limit is 16 or more, once a quarter of this process's share is owed: so a sender
+    /// streaming one way to a receiver that keeps up never asks.
+    public let creditRequests: Int
 
     /// The counts now.
     public static var current: CrossProcessStatistics {
@@ -181,6 +187,7 @@ public struct CrossProcessStatistics: Sendable, Hashable {
                                       importedRights: Int(imports), packedFramesReceived: Int(pl_remote_packed_frames()),
                                       transportRests: Int(pl_remote_transport_rests()),
                                       sharedRingConnections: Int(pl_remote_ring_count()),
-                                      sharedRingWakeUps: Int(pl_remote_ring_bells()))
+                                      sharedRingWakeUps: Int(pl_remote_ring_bells()),
+                                      creditRequests: Int(pl_remote_credit_requests()))
     }
 }
