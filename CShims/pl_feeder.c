@@ -140,7 +140,7 @@ void pl_feeder_pump(pl_port_set_t *set, pl_conn_t *conn) {
     const char *why;
     bool took = false;
     uint64_t packets = 0;
-    pl_read_result_t result = pl_conn_read_turn(conn, buffer, PL_SET_READ_FRAMES, PL_SET_READ_BYTES, &why, &took,
+    pl_read_result_t result = pl_conn_read_turn(conn, buffer, PL_SET_READ_PACKETS, PL_SET_READ_BYTES, &why, &took,
                                                  &packets);
     /* What the sets read, the transport need not: while they keep up with a stream, it leaves it to them. */
     if (took) atomic_fetch_add_explicit(&conn->set_packets_read, packets, memory_order_relaxed);

@@ -107,6 +107,8 @@ struct pl_port {
     struct pl_proxy *proxy;   /* set for a proxy: this port lives in another process; fixed at creation */
     struct pl_service *service; /* checked in under a name (the transport thread's) */
     _Atomic(struct pl_conn *) last_feeder; /* the connection last found feeding every set of this port */
+    struct pl_conn *credit_due; /* a connection owed a quarter of its share by a dequeue, retained: that dequeue's
+                                 * caller takes it before it lets go of the lock and sends the credit after */
     /* Notifications (pl_notify.c): */
     atomic_uint_fast64_t make_sends; /* the make-send count: rights ever made (after send_rights goes up) */
     struct pl_notification *notifications; /* pending requests watching this port (port lock) */
@@ -234,6 +236,9 @@ void pl_port_release_internal(pl_port_t *port);
  * lock must be held and count > 0. Returns PL_ERR_TOO_LARGE (message left in place) when it does not fit, or
  * PL_ERR_NO_MEMORY when a taken inline payload cannot be copied out. The message's sender, attachments and reply
  * right move to out; room freed for another process is lent again (pl_remote.h). */
+/* Sends the credit a dequeue found due (pl_port_t's credit_due, taken under the port lock), after the lock; NULL:
+ * none. */
+void pl_credit_send_due(struct pl_conn *conn);
 pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity,
                                    pl_payload_t *take);
 

@@ -265,6 +265,25 @@ static atomic_uint_fast64_t pl_credit_requests; /* WANT frames sent since the pr
 
 uint64_t pl_remote_credit_requests(void) { return atomic_load_explicit(&pl_credit_requests, memory_order_relaxed); }
 
+/* Reads the connection on this thread if its ring holds records (no lock held): whether it did. */
+static bool pl_proxy_read_connection(pl_conn_t *conn) {
+    if (!pl_conn_ring_pending(conn, false)) return false;
+    uint8_t *buffer = pl_thread_frame_buffer();
+    if (buffer == NULL) return false;
+    const char *why;
+    bool took = false;
+    uint64_t packets = 0;
+    pl_read_result_t result = pl_conn_read_turn(conn, buffer, PL_SENDER_READ_PACKETS, SIZE_MAX, &why, &took, &packets);
+    if (!took) return false;
+    if (result == PL_READ_ENDED) {
+        pthread_mutex_unlock(&conn->read_lock);
+        pl_transport_kill(conn, why);
+    } else if (result == PL_READ_MORE) {
+        pl_transport_read(conn); /* a flood: the transport reads on */
+    }
+    return true;
+}
+
 /* Spends one credit, asking for more and waiting as needed (no lock held). */
 static pl_status_t pl_proxy_take_credit(pl_port_t *port, int64_t timeout_ns, int64_t deadline) {
     pl_proxy_t *proxy = port->proxy;
@@ -274,6 +293,7 @@ static pl_status_t pl_proxy_take_credit(pl_port_t *port, int64_t timeout_ns, int
     pthread_mutex_lock(&conn->lock);
     uint64_t answers = conn->credit_answers;
     bool asked = false;
+    bool read_first = false;
     for (;;) {
         if (conn->dead || pl_proxy_dead_name(port)) {
             pthread_mutex_unlock(&conn->lock);
@@ -283,6 +303,15 @@ static pl_status_t pl_proxy_take_credit(pl_port_t *port, int64_t timeout_ns, int
             proxy->credits--;
             pthread_mutex_unlock(&conn->lock);
             return PL_OK;
+        }
+        if (!read_first && !proxy->want_sent) {
+            /* Credit the owner sent before we asked came without a bell (pl_conn_flush_owed_early): read it here,
+             * rather than ask and wait for the answer, two wake-ups later. */
+            read_first = true;
+            pthread_mutex_unlock(&conn->lock);
+            bool read = pl_proxy_read_connection(conn);
+            pthread_mutex_lock(&conn->lock);
+            if (read) continue;
         }
         if (timeout_ns == 0 && asked && conn->credit_answers != answers && !proxy->want_sent) break;
         /* A poll asks once and waits briefly for the answer, unless the owner has not answered the last WANT or

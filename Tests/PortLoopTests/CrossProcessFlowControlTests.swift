@@ -99,6 +99,28 @@ struct CrossProcessFlowControlTests {
         #expect(client.finish() == 0)
     }
 
+    @Test("a long one-way stream arrives whole while its room goes back early, without ringing, and the sender asks")
+    func longStreamWithEarlyRoom() throws {
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("long", queueLimit: 1024, maxMessageSize: 16)
+        // Back to back and as fast as the sender can: it outruns this receiver, spends its share and asks, while
+        // room goes back to it quietly at every 128 messages taken. A WANT that finds none owed because quiet credit
+        // just took it must still wake the sender's reader: once forgotten, both sides slept for good.
+        let count = 200_000
+        let sender = try Peer(["stream", space.path, "long", "\(count)"])
+        defer { sender.kill() }
+        #expect(sender.ready())
+        sender.tell("go")
+        var expected = 0
+        while expected < count, let message = try? port.receive(timeout: .seconds(20)) {
+            let parts = String(decoding: message.payload, as: UTF8.self).split(separator: " ")
+            guard parts.count == 3, Int(parts[2]) == expected else { break }
+            expected += 1
+        }
+        #expect(expected == count, "in order up to \(expected) of \(count)")
+        #expect(sender.finish() == 0)
+    }
+
     @Test("room lent to a remote client that stopped sending is reclaimed for a local sender")
     func reclaim() throws {
         let space = TemporaryNamespace()

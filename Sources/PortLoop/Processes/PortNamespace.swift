@@ -173,10 +173,11 @@ public struct CrossProcessStatistics: Sendable, Hashable {
     /// writers none, nor does a loop polling in the low-latency mode (``PortRunLoop/spinBeforeSleeping``).
     public let sharedRingWakeUps: Int
     /// How many times, since it started, a sender in this process had no room lent for a port of another
-    /// process and asked the port's owner for some (a WANT frame; it then waits for the answer, as a sender to a
-    /// full local port waits). Room freed at the receiver goes back with its next message to this process, or,
-    /// for a port whose queue limit is 16 or more, once a quarter of this process's share is owed: so a sender
-    /// streaming one way to a receiver that keeps up never asks.
+    /// process and asked the port's owner for some (a WANT frame; the send then waits for the answer within its
+    /// timeout). Room freed at the receiver goes back with its next message to this process, or, for a port whose
+    /// queue limit is 16 or more, as soon as a quarter of this process's share is owed; and a sender out of room
+    /// reads the connection before it asks. So a sender streaming one way asks only when it gets ahead of its
+    /// receiver by its whole share.
     public let creditRequests: Int
 
     /// The counts now.
