@@ -300,32 +300,15 @@ void pl_conn_flush_before_exit(pl_conn_t *conn, int64_t deadline) {
 
 /* A frame the transport or any thread sends to keep the two sides in step. A peer that does not read while
  * making us answer it is cut off before its answers grow without bound. */
-static void pl_conn_write_control_as(pl_conn_t *conn, pl_frame_type_t type, uint32_t handle, uint32_t count_or_flags,
-                                     uint32_t transfers, bool quiet) {
+void pl_conn_write_control(pl_conn_t *conn, pl_frame_type_t type, uint32_t handle, uint32_t count_or_flags,
+                           uint32_t transfers) {
     uint8_t frame[PL_WIRE_HEADER_SIZE + 12];
     size_t length = pl_wire_encode_control(frame, type, handle, count_or_flags, transfers);
     pthread_mutex_lock(&conn->write_lock);
     bool flooded = conn->out_control_bytes > PL_CONN_CONTROL_LIMIT;
-    conn->put_quietly = quiet;
     if (!flooded) pl_conn_put_frame_locked(conn, frame, length, NULL, 0);
-    conn->put_quietly = false;
     pthread_mutex_unlock(&conn->write_lock);
     if (flooded) pl_transport_kill(conn, "the peer does not read its control frames");
-}
-
-void pl_conn_write_control(pl_conn_t *conn, pl_frame_type_t type, uint32_t handle, uint32_t count_or_flags,
-                           uint32_t transfers) {
-    pl_conn_write_control_as(conn, type, handle, count_or_flags, transfers, false);
-}
-
-void pl_conn_write_control_quietly(pl_conn_t *conn, pl_frame_type_t type, uint32_t handle, uint32_t count) {
-    pl_conn_write_control_as(conn, type, handle, count, 0, true);
-}
-
-void pl_conn_wake_peer_reader(pl_conn_t *conn) {
-    pthread_mutex_lock(&conn->write_lock);
-    if (conn->ring_state == PL_CONN_RING_WRITING && conn->ring != NULL) pl_ring_wake_reader(conn->ring);
-    pthread_mutex_unlock(&conn->write_lock);
 }
 
 void pl_conn_write_hello(pl_conn_t *conn, uint32_t status, pl_wire_right_t bootstrap) {

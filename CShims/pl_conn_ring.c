@@ -273,8 +273,7 @@ int pl_conn_ring_write_locked(pl_conn_t *conn, const uint8_t *head, size_t head_
     conn->socket_blocked = false;
     if (!packed && head_length + body_length >= PL_RING_FAR_FROM) pl_ring_set_reach(conn->ring, PL_RING_BYTES);
     if (!by_socket) {
-        put = conn->put_quietly ? pl_ring_put_quietly(conn->ring, head, head_length, body, body_length)
-                                : pl_ring_put(conn->ring, head, head_length, body, body_length, false);
+        put = pl_ring_put(conn->ring, head, head_length, body, body_length, false);
     } else if (!*marked) {
         put = pl_ring_put_mark_for_socket(conn->ring);
         *marked = put == PL_RING_PUT;

@@ -212,21 +212,6 @@ void pl_conn_flush_owed(pl_conn_t *conn) {
     while (pl_conn_take_owed(conn, &handle, &count)) pl_conn_write_control(conn, PL_FRAME_CREDIT, handle, count, 0);
 }
 
-void pl_conn_flush_owed_early(pl_conn_t *conn) {
-    uint32_t handle, count;
-    bool wrote = false;
-    while (pl_conn_take_owed(conn, &handle, &count)) {
-        pl_conn_write_control_quietly(conn, PL_FRAME_CREDIT, handle, count);
-        wrote = true;
-    }
-    /* A Dekker pair with pl_credit_want, which says that the peer waits, then wakes its reader: credit taken from
-     * under a WANT that then found none owed is woken for by one of the two. */
-    if (wrote && atomic_load_explicit(&conn->peer_waits, memory_order_seq_cst) &&
-        atomic_exchange_explicit(&conn->peer_waits, false, memory_order_seq_cst)) {
-        pl_conn_wake_peer_reader(conn);
-    }
-}
-
 /* ---- the receiving side: room comes back ------------------------------------------------------------ */
 
 void pl_remote_room_freed_locked(pl_port_t *port, pl_export_t *e) {
@@ -258,7 +243,7 @@ void pl_remote_room_freed_locked(pl_port_t *port, pl_export_t *e) {
 
 void pl_credit_send_due(pl_conn_t *conn) {
     if (conn == NULL) return;
-    pl_conn_flush_owed_early(conn);
+    pl_conn_flush_owed(conn);
     pl_conn_release(conn);
 }
 
@@ -304,14 +289,7 @@ bool pl_credit_want(pl_conn_t *conn, uint32_t handle, uint32_t flags, const char
         port->want_waiters--;
     }
     pthread_mutex_unlock(&port->lock);
-    if (grant > 0 || !waits) {
-        pl_conn_write_control(conn, PL_FRAME_CREDIT, handle, grant, 0);
-    } else {
-        /* It waits, and credit sent before it asked went quietly (pl_conn_flush_owed_early), perhaps after its
-         * WANT: its reader may be asleep with that credit unread, or about to be. */
-        atomic_store_explicit(&conn->peer_waits, true, memory_order_seq_cst);
-        pl_conn_wake_peer_reader(conn);
-    }
+    if (grant > 0 || !waits) pl_conn_write_control(conn, PL_FRAME_CREDIT, handle, grant, 0);
     if (reclaim) pl_remote_reclaim(port);
     return true;
 }

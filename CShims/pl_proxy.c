@@ -265,7 +265,7 @@ static atomic_uint_fast64_t pl_credit_requests; /* WANT frames sent since the pr
 
 uint64_t pl_remote_credit_requests(void) { return atomic_load_explicit(&pl_credit_requests, memory_order_relaxed); }
 
-/* Reads the connection on this thread if its ring holds records (no lock held): whether it did. */
+/* Reads the connection on this thread if its ring holds records (no lock held), a short turn: whether it did. */
 static bool pl_proxy_read_connection(pl_conn_t *conn) {
     if (!pl_conn_ring_pending(conn, false)) return false;
     uint8_t *buffer = pl_thread_frame_buffer();
@@ -273,7 +273,8 @@ static bool pl_proxy_read_connection(pl_conn_t *conn) {
     const char *why;
     bool took = false;
     uint64_t packets = 0;
-    pl_read_result_t result = pl_conn_read_turn(conn, buffer, PL_SENDER_READ_PACKETS, SIZE_MAX, &why, &took, &packets);
+    pl_read_result_t result = pl_conn_read_turn(conn, buffer, PL_SENDER_READ_PACKETS, PL_SENDER_READ_BYTES, &why, &took,
+                                                 &packets);
     if (!took) return false;
     if (result == PL_READ_ENDED) {
         pthread_mutex_unlock(&conn->read_lock);
@@ -305,8 +306,8 @@ static pl_status_t pl_proxy_take_credit(pl_port_t *port, int64_t timeout_ns, int
             return PL_OK;
         }
         if (!read_first && !proxy->want_sent) {
-            /* Credit the owner sent before we asked came without a bell (pl_conn_flush_owed_early): read it here,
-             * rather than ask and wait for the answer, two wake-ups later. */
+            /* Credit the owner sent before we asked may be in the ring while our reader has yet to wake for it
+             * (pl_remote_room_freed_locked): read it here, rather than ask and wait for the answer. */
             read_first = true;
             pthread_mutex_unlock(&conn->lock);
             bool read = pl_proxy_read_connection(conn);

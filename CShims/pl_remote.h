@@ -206,7 +206,6 @@ struct pl_conn {
     pthread_mutex_t owed_lock;
     pl_export_t *owed_head;
     atomic_bool credit_due;   /* an export owes a quarter of its window: the next read sends what is owed */
-    atomic_bool peer_waits;   /* the peer asked for credit and got none yet: credit sent early wakes its reader */
 
     /* the shared-memory rings (pl_conn_ring.c) */
     pl_ring_t *ring;          /* write_lock to set (offered or adopted), freed at teardown; the reader's once reading */
@@ -215,7 +214,6 @@ struct pl_conn {
     bool hello_sent;          /* write_lock: this side's HELLO went (nothing may go before it, an offer neither) */
     bool ring_offered;        /* write_lock: a client's: it offered once already (later offers wait their turn) */
     bool socket_blocked;      /* write_lock: the outgoing queue's head waits for the socket, not the ring */
-    bool put_quietly;         /* write_lock: the frame being put wakes no reader (pl_conn_write_control_quietly) */
     atomic_bool ring_writing; /* ring_state is PL_CONN_RING_WRITING, readable without the write lock */
     atomic_bool ring_pending; /* a switch is under way: offered or accepted, not yet started */
     atomic_bool rings_ok;     /* the peer said version 4 */
@@ -273,11 +271,6 @@ pl_status_t pl_conn_put_frame_parts_locked(pl_conn_t *conn, const uint8_t *head,
 /* Sends what waits in the outgoing queue, waiting for room until `deadline` (exit() does, see pl_transport.c). */
 void pl_conn_flush_before_exit(pl_conn_t *conn, int64_t deadline);
 /* Writes a control frame (any thread holding no lock of the connection or of a port). */
-/* As pl_conn_write_control, but through a ring it wakes no reader: for credit sent before it is asked for, which the
- * peer reads whenever it next reads (pl_credit.c). */
-void pl_conn_write_control_quietly(pl_conn_t *conn, pl_frame_type_t type, uint32_t handle, uint32_t count);
-/* Wakes the peer's reader, if it sleeps, for what was written quietly. */
-void pl_conn_wake_peer_reader(pl_conn_t *conn);
 void pl_conn_write_control(pl_conn_t *conn, pl_frame_type_t type, uint32_t handle, uint32_t count_or_flags,
                            uint32_t transfers);
 /* Answers a PROBE with the service's STATUS (the reader). false: the peer may not ask (reason set). */
@@ -288,11 +281,9 @@ bool pl_conn_take_status(pl_conn_t *conn, const pl_wire_status_t *status, const 
 void pl_conn_write_hello(pl_conn_t *conn, uint32_t status, pl_wire_right_t bootstrap);
 /* Writes what waits in the outgoing queue (the transport thread, on EPOLLOUT). */
 void pl_conn_flush_outgoing(pl_conn_t *conn);
-/* Sends the credit owed to the peer, ringing (the transport thread, when asked: room for a peer that waits). */
+/* Sends the credit owed to the peer: the transport thread, when asked (room for a peer that waits); a receiver
+ * that took a message leaving a quarter of a window owed; the next reader of a connection owed that much. */
 void pl_conn_flush_owed(pl_conn_t *conn);
-/* Sends it before the peer asks, quietly (a dequeue that found a quarter of a window owed, or the next read): the
- * peer reads it when it next reads, or, should it ask meanwhile, when its WANT wakes it (pl_credit_want). */
-void pl_conn_flush_owed_early(pl_conn_t *conn);
 /* What reading a connection found. */
 typedef enum pl_read_result {
     PL_READ_DRAINED,          /* nothing more to read now */
@@ -309,8 +300,9 @@ typedef enum pl_read_result {
  * of the largest packets): there a second reader's copying is worth its wake-up. */
 #define PL_SET_READ_PACKETS ((int)(PL_QLIMIT_MAX / 2))
 #define PL_SET_READ_BYTES ((size_t)64 * PL_WIRE_MAX_FRAME)
-/* Packets a sender out of credit reads from its connection before it asks for more (pl_proxy.c). */
+/* What a sender out of credit reads from its connection before it asks for more (pl_proxy.c). */
 #define PL_SENDER_READ_PACKETS 64
+#define PL_SENDER_READ_BYTES ((size_t)4 * PL_WIRE_MAX_FRAME)
 /* Reads and handles up to about `budget` frames, and about `bytes` bytes of them (read_lock held), into `buffer`
  * (PL_READ_BATCH frames' room). */
 pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budget, size_t bytes, const char **why);

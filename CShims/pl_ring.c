@@ -384,19 +384,6 @@ pl_ring_put_result_t pl_ring_put_mark_for_socket(pl_ring_t *ring) {
     return pl_ring_put_record(ring, NULL, 0, NULL, 0, true, true);
 }
 
-pl_ring_put_result_t pl_ring_put_quietly(pl_ring_t *ring, const uint8_t *head, size_t head_length,
-                                         const uint8_t *body, size_t body_length) {
-    return pl_ring_put_record(ring, head, head_length, body, body_length, false, true);
-}
-
-void pl_ring_wake_reader(pl_ring_t *ring) {
-    /* The other half of the arm's Dekker pair, as after a put: the quiet records' tail was stored before. */
-    if (atomic_load_explicit(&ring->out->reader_armed, memory_order_seq_cst) != 0 &&
-        atomic_exchange_explicit(&ring->out->reader_armed, 0, memory_order_seq_cst) != 0) {
-        pl_ring_bell_ring(ring->ringer);
-    }
-}
-
 /* ---- reading ---------------------------------------------------------------------------------------- */
 
 pl_ring_take_result_t pl_ring_take(pl_ring_t *ring, uint8_t *out, size_t *out_length, const char **reason) {

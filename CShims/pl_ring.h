@@ -103,13 +103,6 @@ pl_ring_put_result_t pl_ring_put(pl_ring_t *ring, const uint8_t *head, size_t he
  * bell would (its readers watch both): the bell is rung only if a pad went in with it, or the mark did not fit. Such
  * a packet then costs its writer one system call, not two. */
 pl_ring_put_result_t pl_ring_put_mark_for_socket(pl_ring_t *ring);
-/* Puts a packet as pl_ring_put does, but rings no bell for it (unless a pad went in with it, or it did not fit): for
- * a frame its reader may take whenever it next reads, which the writer wakes it for later if it must
- * (pl_ring_wake_reader). */
-pl_ring_put_result_t pl_ring_put_quietly(pl_ring_t *ring, const uint8_t *head, size_t head_length,
-                                         const uint8_t *body, size_t body_length);
-/* Rings the reader's bell if it stopped looking: it reads what was put quietly. */
-void pl_ring_wake_reader(pl_ring_t *ring);
 
 /* ---- reading (one reader at a time: the connection's read lock) ---- */
 

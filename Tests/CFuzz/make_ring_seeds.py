@@ -27,12 +27,10 @@ def add(offset, delta):
     return bytes([1, offset // 4]) + struct.pack("<I", delta & 0xFFFFFFFF)
 
 
-def put(side, length=8, mark=False, split=128, reach=None, quiet=False, wake=False):
+def put(side, length=8, mark=False, split=128, reach=None):
     """A packet of `length` bytes (8 to 65,536), or a mark; with reach "near", "whole" or "least" (room for one
-    largest record and a pad's header: a ring that holds one), the side's writer wraps there from this put on.
-    `quiet`: put without ringing; `wake`: then wake the reader (a credit sent early, then a WANT found waiting)."""
+    largest record and a pad's header: a ring that holds one), the side's writer wraps there from this put on."""
     flags = (1 if mark else 0) | {None: 0, "near": 2, "whole": 4, "least": 6}[reach]
-    flags |= (8 if quiet else 0) | (16 if wake else 0)
     return bytes([2 | side, flags]) + struct.pack("<H", 0 if mark else length - 8) + bytes([split])
 
 
@@ -108,11 +106,6 @@ seeds = {
     + put(SERVICE, 65528, reach="least") + put(SERVICE, 65536) + take(CLIENT) + done(CLIENT) + put(SERVICE, 65536)
     + arm(CLIENT)
     + sleep(CLIENT) + put(SERVICE, 8) + sleep(CLIENT),
-    # Quiet puts to a reader asleep ring nothing; the writer's wake, or its next loud put, rings once; to a reader
-    # that looks, neither rings.
-    "quiet-then-woken": sleep(CLIENT) + put(SERVICE, 16, quiet=True) * 3 + put(SERVICE, 16, quiet=True, wake=True)
-    + sleep(CLIENT) + put(SERVICE, 16, quiet=True) + put(SERVICE, 100) + sleep(CLIENT)
-    + disarm(CLIENT) + put(SERVICE, 16, quiet=True, wake=True) + take(CLIENT) + done(CLIENT) + arm(CLIENT),
     "tail-past-the-ring": ONE + add(S2C_TAIL, RING) + take(CLIENT),
     "tail-misaligned": ONE + add(S2C_TAIL, 4) + take(CLIENT),
     "tail-behind-the-head": ONE + take(CLIENT) + add(S2C_TAIL, -8) + take(CLIENT),

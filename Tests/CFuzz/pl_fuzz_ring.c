@@ -21,9 +21,7 @@
  *                                                 split / 255 of it, or with flags bit 0 a mark (given the same
  *                                                 bytes, which it ignores); flags bit 1 sets the side's reach
  *                                                 near first (where a connection's writer wraps), bit 2 to the
- *                                                 whole ring, both to the least a writer may have; bit 3 puts a
- *                                                 packet quietly (pl_ring_put_quietly), bit 4 then wakes the
- *                                                 reader (pl_ring_wake_reader)
+ *                                                 whole ring, both to the least a writer may have
  *   3 take  count:u8                              the side takes count records, or with 0 until it gets EMPTY
  *   4 done                                        pl_ring_done_reading
  *   5 arm                                         pl_ring_arm, the rings its bell holds forgotten just before
@@ -42,9 +40,8 @@
  *     number at most PL_RING_BYTES / 8 (a record takes 8 bytes at least): a take cannot loop;
  *   - before any hostile change: every record comes out as it went in, in order, and EMPTY only when none waits;
  *     puts are never CORRUPT, takes never BROKEN; a writer writes nothing past the farthest reach it has put
- *     with; a reader that armed and then finds bytes waiting had its bell rung, unless a quiet put came since,
- *     and does once the writer wakes it; a reader that disarmed, until it arms again, has its bell rung by no put
- *     or wake; a writer that got FULL has its bell rung by the reader's next done;
+ *     with; a reader that armed and then finds bytes waiting had its bell rung; a reader that disarmed, until it
+ *     arms again, has its bell rung by no put; a writer that got FULL has its bell rung by the reader's next done;
  *   - always: a bell only fills between its side's arms, each 256th of which leaves it empty, whether its
  *     description blocks or not; no operation blocks (a 10 s timer per input aborts, rather than libFuzzer's
  *     timeout after 20 minutes).
@@ -92,7 +89,6 @@ typedef struct {
     bool idle;             /* armed, found nothing, not taken since */
     bool looking;          /* disarmed, not armed since: the peer's puts ring no bell */
     bool full;             /* a put got FULL: the peer's next done rings this side's bell */
-    bool quiet;            /* a quiet put came since it armed: bytes may wait with its bell not rung */
     uint64_t banked;       /* rings counted off this side's bell since it armed (rings for room as well) */
     uint32_t bell_seen;    /* the bytes its bell held when last counted */
     uint32_t arms;         /* its pl_ring_arm calls */
@@ -175,12 +171,8 @@ static void put(side_t *writer, side_t *reader, bool hostile, uint32_t flags, ui
     size_t head_length = (size_t)length * split / 255;
     const uint8_t *bytes = content(writer->next_seq);
     uint32_t bell_before = bell_bytes(reader);
-    bool quiet = (flags & 8) && !mark;
-    pl_ring_put_result_t result =
-        quiet ? pl_ring_put_quietly(writer->ring, bytes, head_length, bytes + head_length, length - head_length)
-              : pl_ring_put(writer->ring, bytes, head_length, bytes + head_length, length - head_length,
-                            mark); /* a mark ignores the bytes */
-    if (quiet) reader->quiet = true;
+    pl_ring_put_result_t result = pl_ring_put(writer->ring, bytes, head_length, bytes + head_length,
+                                              length - head_length, mark); /* a mark ignores the bytes */
     if (mark) length = UINT32_MAX;
     if (trace) fprintf(stderr, "  put %s %u: %s\n", mark ? "mark" : "packet", mark ? 0 : length,
                        result == PL_RING_PUT ? "put" : result == PL_RING_FULL ? "full" : "corrupt");
@@ -194,16 +186,6 @@ static void put(side_t *writer, side_t *reader, bool hostile, uint32_t flags, ui
     if (result == PL_RING_FULL) {
         writer->full = true;
         return;
-    }
-    if (flags & 16) {
-        /* The writer wakes the reader: one that armed and found nothing has its bell rung now, one that looks not. */
-        pl_ring_wake_reader(writer->ring);
-        CHECK(hostile || !reader->looking || bell_bytes(reader) == bell_before);
-        if (!hostile && reader->idle && !reader->broken) {
-            reader->banked += bell_read(reader);
-            CHECK(reader->banked > 0);
-        }
-        if (trace) fprintf(stderr, "  woken\n");
     }
     uint32_t seq = writer->next_seq++;
     if (hostile) return; /* the model is over */
@@ -220,7 +202,7 @@ static void put(side_t *writer, side_t *reader, bool hostile, uint32_t flags, ui
 static bool take(side_t *reader, bool hostile, bool trace) {
     if (reader->idle && !hostile && pl_ring_pending_bytes(reader->ring) > 0) {
         /* Bytes came after the reader armed and saw none: the writer rang (a pad counts: it leads to room). */
-        CHECK(reader->banked + bell_read(reader) > 0 || reader->quiet);
+        CHECK(reader->banked + bell_read(reader) > 0);
     }
     reader->idle = false;
     size_t length = 0;
@@ -357,7 +339,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (self->broken) break;
             bell_read(self);
             self->banked = 0;
-            self->quiet = false;
             d = pl_ring_arm(self->ring);
             /* Nothing rings meanwhile (one thread): the bell as it was, or emptied on each 256th arm. */
             uint32_t left = bell_bytes(self);

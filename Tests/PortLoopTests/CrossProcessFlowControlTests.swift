@@ -94,30 +94,45 @@ struct CrossProcessFlowControlTests {
             }
         }
         #expect(client.line(startingWith: "sent") == "sent 2000")
-        #expect(client.line(startingWith: "asked") == "asked 0")
+        // 0 as a rule: the room goes back while the client has a quarter of its share and more to spend, and a client
+        // out of credit reads its connection before it asks. 1 when its process was held up for milliseconds (a
+        // loaded machine). Without the room going back early: 3.
+        let asked = client.line(startingWith: "asked ").flatMap { Int($0.dropFirst("asked ".count)) }
+        #expect(asked != nil && asked! <= 1, "\(String(describing: asked))")
         client.tell("exit")
         #expect(client.finish() == 0)
     }
 
-    @Test("a long one-way stream arrives whole while its room goes back early, without ringing, and the sender asks")
+    @Test("a long one-way stream that outruns its receiver arrives whole while its room goes back early")
     func longStreamWithEarlyRoom() throws {
         let space = TemporaryNamespace()
         let port = try space.namespace.checkIn("long", queueLimit: 1024, maxMessageSize: 16)
-        // Back to back and as fast as the sender can: it outruns this receiver, spends its share and asks, while
-        // room goes back to it quietly at every 128 messages taken. A WANT that finds none owed because quiet credit
-        // just took it must still wake the sender's reader: once forgotten, both sides slept for good.
+        // Back to back and as fast as the sender can: it outruns this receiver, spends its share and asks, while room
+        // goes back to it at every 128 messages taken, and it reads its connection itself before it asks. A version
+        // that left credit unread behind a WANT answered with nothing slept on both sides for good.
         let count = 200_000
         let sender = try Peer(["stream", space.path, "long", "\(count)"])
         defer { sender.kill() }
         #expect(sender.ready())
         sender.tell("go")
         var expected = 0
-        while expected < count, let message = try? port.receive(timeout: .seconds(20)) {
-            let parts = String(decoding: message.payload, as: UTF8.self).split(separator: " ")
-            guard parts.count == 3, Int(parts[2]) == expected else { break }
-            expected += 1
+        var stopped = ""
+        while expected < count {
+            do {
+                let message = try port.receive(timeout: .seconds(20))
+                let text = String(decoding: message.payload, as: UTF8.self)
+                let parts = text.split(separator: " ")
+                guard parts.count == 3, Int(parts[2]) == expected else {
+                    stopped = "got \(text)"
+                    break
+                }
+                expected += 1
+            } catch {
+                stopped = "\(error)"
+                break
+            }
         }
-        #expect(expected == count, "in order up to \(expected) of \(count)")
+        #expect(expected == count, "in order up to \(expected) of \(count): \(stopped)")
         #expect(sender.finish() == 0)
     }
 
