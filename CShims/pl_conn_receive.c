@@ -578,11 +578,6 @@ pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budge
         atomic_load_explicit(&conn->ring_writing, memory_order_acquire)) {
         pl_conn_flush_outgoing(conn);
     }
-    /* Credit that a one-way stream's sender will soon need, and that no reply will carry (pl_credit.c). */
-    if (atomic_load_explicit(&conn->credit_due, memory_order_acquire) &&
-        atomic_exchange_explicit(&conn->credit_due, false, memory_order_acq_rel)) {
-        pl_conn_flush_owed(conn);
-    }
     pl_conn_ring_after_read(conn);
     return result;
 }

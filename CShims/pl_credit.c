@@ -45,8 +45,8 @@ static pl_export_t *pl_find_export_locked(pl_port_t *port, pl_conn_t *conn) {
     return NULL;
 }
 
-/* Adds credit the peer has not been told of; the next frame to it, or the transport when it waits, tells it.
- * Returns what is owed now. */
+/* Adds credit the peer has not been told of; the next frame to it tells it, or the transport when it waits, or the
+ * receiver once a quarter of a window is owed (pl_remote_room_freed_locked). Returns what is owed now. */
 static uint32_t pl_export_owe(pl_export_t *e, uint32_t count) {
     uint32_t before = atomic_fetch_add_explicit(&e->owed, count, memory_order_acq_rel);
     if (before != 0) return before + count;
@@ -226,18 +226,16 @@ void pl_remote_room_freed_locked(pl_port_t *port, pl_export_t *e) {
     port->reserved++;
     /* A sender streaming one way gets no reply to carry its credit back: it would spend its window, ask, and wait a
      * round trip of wake-ups for more (at 8-byte messages, every 512). Once a quarter of the window is owed, the
-     * receiver sends it as soon as it lets go of the port's lock (a second connection due in the same batch: its
-     * next read does). A small window is a request port's, whose replies carry its credit back: a frame of its
-     * own would cost the peer a wake-up. */
+     * receiver sends it as soon as it lets go of the port's lock; a second connection due in the same batch, the
+     * transport does. A window under 8 is a port that holds its senders back, most often a request port whose
+     * replies carry its credit: a frame of its own would cost the peer a wake-up. */
     uint32_t window = pl_window(port);
-    uint32_t owed = pl_export_owe(e, 1);
-    if (window >= PL_CREDIT_EARLY_WINDOW && owed == window / 4) {
-        if (port->credit_due == NULL) {
-            pl_conn_retain(e->conn);
-            port->credit_due = e->conn;
-        } else if (port->credit_due != e->conn) {
-            atomic_store_explicit(&e->conn->credit_due, true, memory_order_release);
-        }
+    if (pl_export_owe(e, 1) != window / 4 || window < PL_CREDIT_EARLY_WINDOW) return;
+    if (port->credit_due == NULL) {
+        pl_conn_retain(e->conn);
+        port->credit_due = e->conn;
+    } else if (port->credit_due != e->conn) {
+        pl_transport_flush_owed(e->conn);
     }
 }
 

@@ -235,12 +235,19 @@ void pl_port_release_internal(pl_port_t *port);
 /* Dequeues the first message into out/buffer, or with `take` (else NULL) hands its payload memory over; the port
  * lock must be held and count > 0. Returns PL_ERR_TOO_LARGE (message left in place) when it does not fit, or
  * PL_ERR_NO_MEMORY when a taken inline payload cannot be copied out. The message's sender, attachments and reply
- * right move to out; room freed for another process is lent again (pl_remote.h). */
-/* Sends the credit a dequeue found due (pl_port_t's credit_due, taken under the port lock), after the lock; NULL:
- * none. */
-void pl_credit_send_due(struct pl_conn *conn);
+ * right move to out; room freed for another process is lent again (pl_remote.h). The caller takes the credit the
+ * dequeues found due before it lets go of the lock (pl_port_take_credit_due_locked), and sends it after. */
 pl_status_t pl_port_dequeue_locked(pl_port_t *port, pl_received_t *out, void *buffer, size_t capacity,
                                    pl_payload_t *take);
+
+/* The connection a dequeue found owed a quarter of a window (port lock held; NULL: none), and, once the lock is let
+ * go, sending what it is owed (pl_credit.c; NULL does nothing). */
+static inline struct pl_conn *pl_port_take_credit_due_locked(pl_port_t *port) {
+    struct pl_conn *conn = port->credit_due;
+    port->credit_due = NULL;
+    return conn;
+}
+void pl_credit_send_due(struct pl_conn *conn);
 
 /* ---- set internals used by the port file ---- */
 

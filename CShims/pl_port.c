@@ -798,8 +798,7 @@ static inline pl_status_t pl_port_receive_into(pl_port_t *port, pl_received_t *o
     bool left_work = (status == PL_OK || status == PL_ERR_TOO_LARGE) && port->count > 0;
     bool wake_receiver = left_work && port->waiting_receivers > 0;
     bool wake_sender = status == PL_OK && pl_port_take_sender_wake_locked(port);
-    struct pl_conn *credit_due = port->credit_due;
-    port->credit_due = NULL;
+    struct pl_conn *credit_due = pl_port_take_credit_due_locked(port);
     pthread_mutex_unlock(&port->lock);
 
     if (wake_receiver) pl_futex_cond_signal(&port->receivers);

@@ -479,14 +479,13 @@ static pl_status_t pl_take_from_ready_port(pl_port_set_t *set, pl_received_t *ou
         if (status == PL_OK && port->count == 0 && port->memberships != NULL) pl_port_emptied_locked(port, set);
         wake_receiver = port->count > 0 && port->waiting_receivers > 0; /* also after a too-large leave */
         wake_sender = status == PL_OK && pl_port_take_sender_wake_locked(port);
-        credit_due = port->credit_due;
-        port->credit_due = NULL;
+        credit_due = pl_port_take_credit_due_locked(port);
     }
     pthread_mutex_unlock(&port->lock);
     if (wake_receiver) pl_futex_cond_signal(&port->receivers);
     if (wake_sender) pthread_cond_signal(&port->senders);
-    pl_credit_send_due(credit_due);
     pl_wake_list_run(&wakes);
+    pl_credit_send_due(credit_due);
     pl_port_release_internal(port);
     return status;
 }
@@ -587,14 +586,13 @@ next_ready_port:
     }
     if (taken > 0 && port->count == 0 && port->memberships != NULL) pl_port_emptied_locked(port, set);
     bool wake_receiver = port->count > 0 && port->waiting_receivers > 0;
-    struct pl_conn *credit_due = port->credit_due;
-    port->credit_due = NULL;
+    struct pl_conn *credit_due = pl_port_take_credit_due_locked(port);
     pthread_mutex_unlock(&port->lock);
 
     if (wake_receiver) pl_futex_cond_signal(&port->receivers);
     for (uint32_t i = 0; i < sender_wakes; i++) pthread_cond_signal(&port->senders);
-    pl_credit_send_due(credit_due);
     pl_wake_list_run(&wakes);
+    pl_credit_send_due(credit_due);
     pl_port_release_internal(port);
     *count = taken;
     return PL_OK; /* none taken: the first does not fit in buffer */

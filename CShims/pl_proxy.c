@@ -265,22 +265,24 @@ static atomic_uint_fast64_t pl_credit_requests; /* WANT frames sent since the pr
 
 uint64_t pl_remote_credit_requests(void) { return atomic_load_explicit(&pl_credit_requests, memory_order_relaxed); }
 
-/* Reads the connection on this thread if its ring holds records (no lock held), a short turn: whether it did. */
+/* Reads the connection on this thread, one short pass, if its ring holds records and no other reader is at it (no
+ * lock held): whether it did. A sender reads no more than that: what is left, and a note another reader left
+ * meanwhile (pl_conn_read_turn), are the transport's. */
 static bool pl_proxy_read_connection(pl_conn_t *conn) {
-    if (!pl_conn_ring_pending(conn, false)) return false;
+    if (!pl_conn_ring_pending(conn, false) || pthread_mutex_trylock(&conn->read_lock) != 0) return false;
     uint8_t *buffer = pl_thread_frame_buffer();
-    if (buffer == NULL) return false;
-    const char *why;
-    bool took = false;
-    uint64_t packets = 0;
-    pl_read_result_t result = pl_conn_read_turn(conn, buffer, PL_SENDER_READ_PACKETS, PL_SENDER_READ_BYTES, &why, &took,
-                                                 &packets);
-    if (!took) return false;
-    if (result == PL_READ_ENDED) {
+    if (buffer == NULL) {
         pthread_mutex_unlock(&conn->read_lock);
+        return false;
+    }
+    atomic_store_explicit(&conn->read_again, false, memory_order_relaxed); /* this pass covers any note so far */
+    const char *why;
+    pl_read_result_t result = pl_conn_read_frames(conn, buffer, PL_SENDER_READ_PACKETS, PL_SENDER_READ_BYTES, &why);
+    pthread_mutex_unlock(&conn->read_lock);
+    if (result == PL_READ_ENDED) {
         pl_transport_kill(conn, why);
-    } else if (result == PL_READ_MORE) {
-        pl_transport_read(conn); /* a flood: the transport reads on */
+    } else if (result == PL_READ_MORE || atomic_load_explicit(&conn->read_again, memory_order_seq_cst)) {
+        pl_transport_read(conn);
     }
     return true;
 }

@@ -205,7 +205,6 @@ struct pl_conn {
 
     pthread_mutex_t owed_lock;
     pl_export_t *owed_head;
-    atomic_bool credit_due;   /* an export owes a quarter of its window: the next read sends what is owed */
 
     /* the shared-memory rings (pl_conn_ring.c) */
     pl_ring_t *ring;          /* write_lock to set (offered or adopted), freed at teardown; the reader's once reading */
@@ -282,7 +281,7 @@ void pl_conn_write_hello(pl_conn_t *conn, uint32_t status, pl_wire_right_t boots
 /* Writes what waits in the outgoing queue (the transport thread, on EPOLLOUT). */
 void pl_conn_flush_outgoing(pl_conn_t *conn);
 /* Sends the credit owed to the peer: the transport thread, when asked (room for a peer that waits); a receiver
- * that took a message leaving a quarter of a window owed; the next reader of a connection owed that much. */
+ * that took a message leaving a quarter of a window owed (pl_credit_send_due). */
 void pl_conn_flush_owed(pl_conn_t *conn);
 /* What reading a connection found. */
 typedef enum pl_read_result {

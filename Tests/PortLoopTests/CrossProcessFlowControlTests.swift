@@ -108,8 +108,8 @@ struct CrossProcessFlowControlTests {
         let space = TemporaryNamespace()
         let port = try space.namespace.checkIn("long", queueLimit: 1024, maxMessageSize: 16)
         // Back to back and as fast as the sender can: it outruns this receiver, spends its share and asks, while room
-        // goes back to it at every 128 messages taken, and it reads its connection itself before it asks. A version
-        // that left credit unread behind a WANT answered with nothing slept on both sides for good.
+        // goes back to it at every 128 messages taken, and it reads its connection itself before it asks: the
+        // crossings of early room, WANTs and the sender's own reads, 200,000 messages long.
         let count = 200_000
         let sender = try Peer(["stream", space.path, "long", "\(count)"])
         defer { sender.kill() }
