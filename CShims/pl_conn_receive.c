@@ -568,9 +568,11 @@ pl_read_result_t pl_conn_read_frames(pl_conn_t *conn, uint8_t *buffer, int budge
     int taken = 0;
     if (!conn->ring_reading) result = pl_conn_read_socket(conn, buffer, budget, bytes, PL_READ_BATCH, why, &taken);
     /* A switch to the ring in the socket's batch: the ring has the turn's whole byte budget (a socket's part is
-     * packets before the switch, a handful). */
-    if (result != PL_READ_ENDED && conn->ring_reading && taken < budget) {
-        result = pl_conn_read_ring(conn, buffer, budget - taken, bytes, why);
+     * packets before the switch, a handful). A switch that came as the budget's last packet leaves the ring unread
+     * and unarmed, so its writer rings for nothing: the turn says MORE, and the reader's caller reads on (it said
+     * DRAINED, and a stream that switched just then stopped there for good). */
+    if (result != PL_READ_ENDED && conn->ring_reading) {
+        result = taken < budget ? pl_conn_read_ring(conn, buffer, budget - taken, bytes, why) : PL_READ_MORE;
     }
     if (result == PL_READ_ENDED) return result;
     /* The peer may have made room in the ring for what waits in our outgoing queue: this side's bell rang. */
