@@ -74,7 +74,7 @@ struct CrossProcessFlowControlTests {
         #expect(throws: PortError.timedOut) { try local.send(id: 9, timeout: .poll) }
     }
 
-    @Test("a sender streaming one way gets its room back before it runs out: it never has to ask for credit")
+    @Test("a sender streaming one way gets its room back before it runs out: it asks for credit once at most")
     func roomComesBackEarly() throws {
         let space = TemporaryNamespace()
         let port = try space.namespace.checkIn("stream", queueLimit: 1024) // a client's share: 512
