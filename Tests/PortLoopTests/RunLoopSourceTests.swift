@@ -126,6 +126,56 @@ struct RunLoopSourceTests {
         #expect(nestedSeen.current == 85)
     }
 
+    @Test("payloads a handler keeps, changes or lets go of keep their bytes while the loop reuses the arrays let go of")
+    func source1KeptPayloads() throws {
+        // The loop copies each payload into the array the previous handler let go of. Runs of equal sizes, sizes
+        // that grow and shrink within an array's room and beyond it, one over the largest array the loop keeps,
+        // and a nested run: every third payload is kept, every fifth changed in a copy, and each kept one is
+        // checked again at the end.
+        let sizes = [8, 8, 8, 8, 16, 12, 9, 30, 4096, 4096, 4000, 2100, 70_000, 8, 8, 1, 0, 8, 300, 200, 8]
+        @Sendable func payload(_ id: Int) -> [UInt8] {
+            (0..<sizes[id % sizes.count]).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ id) }
+        }
+        let count = sizes.count * 6
+        let nestedMode = PortRunLoop.Mode("kept-nested")
+        let kept = Locked([(Int32, [UInt8])]())
+        let corrupt = Locked([Int32]())
+        let nested = try RunLoopPortSource(queueLimit: 64, maxMessageSize: 80_000) { message in
+            if message.payload != payload(Int(message.id)) { corrupt.withLock { $0.append(message.id) } }
+            if message.id % 3 == 0 { kept.withLock { $0.append((message.id, message.payload)) } }
+            return nil
+        }
+        let source = try RunLoopPortSource(queueLimit: 1024, maxMessageSize: 80_000) { message in
+            let before = message.payload
+            if before != payload(Int(message.id)) { corrupt.withLock { $0.append(message.id) } }
+            if message.id % 3 == 0 { kept.withLock { $0.append((message.id, message.payload)) } }
+            if message.id % 5 == 0, !before.isEmpty {
+                var changed = message.payload
+                changed[0] = ~changed[0]
+                if message.payload != before { corrupt.withLock { $0.append(message.id) } }
+            }
+            if message.id == 40 {
+                _ = PortRunLoop.current.run(mode: nestedMode, timeout: .milliseconds(200))
+                if message.payload != before { corrupt.withLock { $0.append(message.id) } }
+            }
+            if message.id == Int32(count - 1) { PortRunLoop.current.stop() }
+            return nil
+        }
+        let sender = source.makeSendRight()
+        let nestedSender = nested.makeSendRight()
+        for id in 0..<count { try sender.send(id: Int32(id), bytes: payload(id)) }
+        for id in count..<(count + 40) { try nestedSender.send(id: Int32(id), bytes: payload(id)) }
+        let worker = TestLoopThread(setUp: { loop in
+            try loop.add(source, mode: .default)
+            try loop.add(nested, mode: nestedMode)
+        }, body: { loop in [loop.run(mode: .default, timeout: .seconds(30))] })
+        #expect(worker.join() == [.stopped])
+        #expect(corrupt.current.isEmpty, "payloads that differed from what was sent")
+        let keptNow = kept.current
+        #expect(keptNow.count == (0..<(count + 40)).filter { $0 % 3 == 0 }.count)
+        #expect(keptNow.filter { $0.1 != payload(Int($0.0)) }.map(\.0).isEmpty, "kept payloads changed later")
+    }
+
     @Test("removing a source during a run: it is not performed again and the mode may finish")
     func removeDuringRun() throws {
         let performed = Locked(0)

@@ -17,11 +17,11 @@ func __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE0_PERFORM_FUNCTION__(_ source: RunLoop
     source.perform()
 }
 
-/// The message is handed over: passed as it was, the optimizer copied it, retaining and releasing each of its
-/// references once more per message.
+/// The message is lent, not copied: passed as it was, the optimizer copied it, retaining and releasing each of its
+/// references once more per message. The loop takes its payload array back afterwards (`spareBytes`).
 @inline(never)
 func __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(
-    _ source: RunLoopPortSource, _ message: consuming ReceivedMessage) -> PortReply? {
+    _ source: RunLoopPortSource, _ message: borrowing ReceivedMessage) -> PortReply? {
     source.handler(message)
 }
 

@@ -94,7 +94,9 @@ final class LoopMode {
     /// Lets go of ``lastLookup`` if its source may have left the mode since; on the loop's thread, without the
     /// loop's lock (letting go of a source may destroy its port).
     func dropStaleLookup() {
-        if let known = lastLookup, known.generation != sourcesGeneration.load(ordering: .acquiring) { lastLookup = nil }
+        if let generation = lastLookup?.generation, generation != sourcesGeneration.load(ordering: .acquiring) {
+            lastLookup = nil
+        }
     }
 
     /// Inserts an observer after those of lower or equal order (CF: ascending order, insertion order among equals).

@@ -11,8 +11,8 @@ import CPortLoop
 extension PortRunLoop {
     /// What to do with a message that arrived on a port of the mode.
     private enum Disposition {
-        /// Perform this source with it.
-        case perform(RunLoopPortSource)
+        /// Perform this source with it. Not retained: the caller's lookup holds it while the message is handled.
+        case perform(Unmanaged<RunLoopPortSource>)
         /// Put it back in this source's port: the source left the mode, or the run is stopping.
         case putBack(RunLoopPortSource)
         /// The wake-up port's message: consumed, nothing else to do.
@@ -27,6 +27,8 @@ extension PortRunLoop {
         var arrival: PortName
         var generation: UInt64
         var source: RunLoopPortSource
+        /// `source`, for a caller that holds the lookup while it uses the source.
+        var unmanagedSource: Unmanaged<RunLoopPortSource> { Unmanaged.passUnretained(source) }
     }
 
     /// Performs the Source1 of the first message and, when batching, of up to `messageBatch - 1` more
@@ -43,9 +45,11 @@ extension PortRunLoop {
     /// first so that they keep their order), and the pass ends its batching there.
     func handleMessages(_ state: LoopMode, first: pl_received_t, batch: Bool) -> Bool {
         var handled: Bool
-        // The mode's last lookup, carried from pass to pass (a nested run in the mode reads and writes its own copy).
-        var lookup = state.lastLookup
-        defer { state.lastLookup = lookup }
+        // The mode's last lookup, carried from pass to pass: moved out and back, not copied (a nested run in the
+        // mode finds none and leaves its own, which this one's replaces).
+        var lookup: SourceLookup?
+        swap(&lookup, &state.lastLookup)
+        defer { swap(&lookup, &state.lastLookup) }
         switch handleReceived(state, first, following: false, lookup: &lookup) {
         case let .done(performed): handled = performed
         case .putBack: return false
@@ -55,7 +59,7 @@ extension PortRunLoop {
         if !nested && batchStorage == nil { batchStorage = MessageBatch() }
         let messages = nested ? MessageBatch() : batchStorage!
         messageBatchLent = true
-        defer { if !nested { messageBatchLent = false } }
+        defer { if nested { messages.deallocate() } else { messageBatchLent = false } }
         var remaining = Self.messageBatch - 1
         var header = pl_received_t()
         while remaining > 0 {
@@ -128,7 +132,7 @@ extension PortRunLoop {
             }
             return .done(performDescriptorSource(state, fileDescriptor: header.fd))
         }
-        let source: RunLoopPortSource
+        let source: Unmanaged<RunLoopPortSource>
         switch disposition(of: header, in: state, following: following, lookup: &lookup) {
         case .wakeUp:
             return .done(false) // `doBlocks` clears `wakeUpQueued`
@@ -144,11 +148,15 @@ extension PortRunLoop {
         case let .perform(found):
             source = found
         }
-        let payload = header.size == 0 ? [] : Array(UnsafeRawBufferPointer(start: payload, count: Int(header.size)))
-        let message = ReceivedMessage.adopting(header, payload: payload)
-        let replyPort = message.replyPort // for the answer: the message itself goes with the callout
-        if let reply = __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(source, consume message),
-           let replyPort {
+        let size = Int(header.size)
+        var message = ReceivedMessage.adopting(header, payload: payloadBytes(payload, count: size))
+        let replyPort = message.replyPort // for the answer, which is sent after the message is gone
+        let reply = source._withUnsafeGuaranteedRef { __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__($0, message) }
+        // Kept for the next message's payload, unless this one was over the limit (an array's room is at most about
+        // twice its payload's size: `payloadBytes`) or empty (it took no array, and leaves the one kept).
+        if size > 0 && size <= Self.spareBytesLimit { swap(&message.payload, &spareBytes) }
+        _ = consume message
+        if let reply, let replyPort {
             // Never block the loop on a requester that does not read its replies.
             do throws(PortError) {
                 try replyPort.send(id: reply.id, bytes: reply.bytes, timeout: .poll)
@@ -159,19 +167,38 @@ extension PortRunLoop {
         return .done(true)
     }
 
+    /// The handler's payload array, in the array a previous message's handler let go of when it can be (see
+    /// ``spareBytes``), made otherwise.
+    private func payloadBytes(_ payload: UnsafeRawPointer?, count: Int) -> [UInt8] {
+        guard count > 0, let payload else { return [] }
+        let source = UnsafeRawBufferPointer(start: payload, count: count)
+        var bytes: [UInt8] = []
+        swap(&bytes, &spareBytes)
+        if bytes.count == count {
+            // Copied over in place; if the last handler kept its array after all, the write makes a copy first.
+            bytes.withUnsafeMutableBytes { $0.copyMemory(from: source) }
+        } else if bytes.capacity >= count && bytes.capacity <= 2 * count + 32 {
+            bytes.removeAll(keepingCapacity: true)
+            bytes.append(contentsOf: source)
+        } else {
+            bytes = Array(source)
+        }
+        return bytes
+    }
+
     /// Decides a message's fate in one lock hold, or in none when `lookup` still stands for its port and no
     /// stop is pending.
     private func disposition(of header: pl_received_t, in state: LoopMode, following: Bool,
                              lookup: inout SourceLookup?) -> Disposition {
         let arrival = PortName(rawValue: header.arrival_name)
         if arrival == wakeUpPortName { return .wakeUp }
-        if let known = lookup, known.arrival == arrival,
-           known.generation == state.sourcesGeneration.load(ordering: .acquiring),
-           !(following && stopPending.load(ordering: .acquiring)) {
+        // Read field by field: a copy of the lookup would retain and release its source.
+        if lookup?.arrival == arrival, lookup?.generation == state.sourcesGeneration.load(ordering: .acquiring),
+           !(following && stopPending.load(ordering: .acquiring)), let known = lookup?.unmanagedSource {
             // The source is still the port's in this mode. Its validity needs no look either: a source
             // invalidated on this thread (by a handler) has left the mode already, which changed the generation,
             // and one invalidated on another thread may as well have been a moment later.
-            return .perform(known.source)
+            return .perform(known)
         }
         let (present, departed, stopping, generation) = lock.withLock {
             let present = state.sources1[arrival]
@@ -181,7 +208,7 @@ extension PortRunLoop {
         if let source = present {
             lookup = SourceLookup(arrival: arrival, generation: generation, source: source)
             // Invalidated but not yet out of the mode: its remover is about to take it out.
-            return source.isValid && !(following && stopping) ? .perform(source) : .putBack(source)
+            return source.isValid && !(following && stopping) ? .perform(Unmanaged.passUnretained(source)) : .putBack(source)
         }
         // A source leaves the mode's set and `sources1` in one hold of the loop's lock, and a run in the mode
         // keeps it in `departedSources1` until every message it may have taken has been dealt with.

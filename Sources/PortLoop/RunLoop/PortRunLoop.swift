@@ -98,6 +98,14 @@ public final class PortRunLoop: @unchecked Sendable {
     /// from which the handler's array is the one copy. Freed once the message is handled or put back; loop's thread
     /// only.
     @exclusivity(unchecked) var takenPayload = pl_payload_t()
+    /// The payload array of the last message handled, taken back after its handler returned, for the next
+    /// message's payload: a handler that does not keep its message's payload costs no allocation. A handler that
+    /// keeps it shares the array, which the next message's write then leaves to it (arrays copy on write); a
+    /// payload of another size gets an array of its own unless this one's room fits it (at most about twice the
+    /// size, so a kept payload never holds much more memory than it uses). Loop's thread only.
+    @exclusivity(unchecked) var spareBytes: [UInt8] = []
+    /// The largest array kept as ``spareBytes``: larger payloads get arrays of their own, freed with them.
+    static let spareBytesLimit = 65_536
     /// The batch storage ``handleMessages`` lends itself while it runs, made at the first batch; loop's thread only.
     @exclusivity(unchecked) var batchStorage: MessageBatch?
     /// Whether a run's ``handleMessages`` holds `batchStorage`; loop's thread only.
@@ -126,6 +134,7 @@ public final class PortRunLoop: @unchecked Sendable {
     deinit {
         receiveBuffer.deallocate()
         pl_payload_free(&takenPayload)
+        batchStorage?.deallocate()
     }
 
     /// The calling thread's run loop, created on first use (`CFRunLoopGetCurrent`).
@@ -288,8 +297,9 @@ struct PendingBlock {
 
 /// Storage for one batch of received messages: their headers, the small payloads packed together, and the
 /// memory of the larger ones, taken over (`pl_port_set_receive_batch_taking`) and freed one by one as each
-/// message is dealt with.
-final class MessageBatch {
+/// message is dealt with. A value of three pointers, so that lending it costs no reference counting; its owner
+/// calls ``deallocate()``.
+struct MessageBatch {
     let headers = UnsafeMutableBufferPointer<pl_received_t>.allocate(capacity: PortRunLoop.messageBatch)
     let payloads = UnsafeMutableRawBufferPointer.allocate(byteCount: 16_384, alignment: 16)
     let taken = UnsafeMutableBufferPointer<pl_payload_t>.allocate(capacity: PortRunLoop.messageBatch)
@@ -305,7 +315,7 @@ final class MessageBatch {
         if taken[index].base != nil { pl_payload_free(&taken[index]) }
     }
 
-    deinit {
+    func deallocate() {
         headers.deallocate()
         payloads.deallocate()
         taken.deallocate()

@@ -19,6 +19,10 @@ public struct PortReply: Sendable {
 /// calls its handler with each message on the loop's thread. A non-nil return value is sent to the message's
 /// reply port.
 ///
+/// The message is lent to the handler for the call. Its payload array is one the loop reuses for the next
+/// message once the handler lets go of it, so a handler that does not keep payloads costs no allocation per
+/// message; one that keeps `message.payload` keeps it whole (arrays copy on write).
+///
 /// ```swift
 /// let source = try RunLoopPortSource { message in PortReply(id: message.id, bytes: message.payload) }
 /// try PortRunLoop.current.add(source, mode: .default)
