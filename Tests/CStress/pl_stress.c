@@ -2960,10 +2960,42 @@ static void ring_switch_overtaken(bool repeat) {
     free(packet);
 }
 
+/* RING_START as the last packet of a reader's turn: the turn has read the socket up to its budget and left the ring,
+ * which nobody has armed yet, so its writer will ring no bell for what it holds. The turn must say MORE, and the
+ * next one reads the ring. With budget left for more than the ring holds, the same turn reads the ring itself. */
+static void ring_switch_at_turn_end(int budget_past_switch) {
+    hand_conn_t h;
+    uint8_t *packet;
+    pl_ring_t *ring = hand_open_to_switch(&h, &packet);
+    const char *why = NULL;
+    hand_send(&h, packet, hand_fragment(packet, 7, 100, 0, 100, false));
+    hand_send_ring_start(&h);
+    hand_ring_put(ring, packet, hand_fragment(packet, 8, 200, 0, 200, false));
+
+    pl_read_result_t result = pl_conn_read_frames(h.conn, h.buffer, 2 + budget_past_switch, SIZE_MAX, &why);
+    CHECK(h.conn->ring_reading);
+    hand_expect(&h, 7, 100);
+    if (budget_past_switch == 0) {
+        CHECK(result == PL_READ_MORE);
+        hand_expect_nothing(&h);
+        CHECK(pl_conn_read_frames(h.conn, h.buffer, 2, SIZE_MAX, &why) == PL_READ_DRAINED);
+    } else {
+        CHECK(result == PL_READ_DRAINED);
+    }
+    hand_expect(&h, 8, 200);
+    hand_expect_nothing(&h);
+
+    hand_conn_close(&h);
+    pl_ring_free(ring);
+    free(packet);
+}
+
 static void ring_switch_mid_batch_body(void) {
     pl_set_shared_rings(PL_RINGS_WHEN_BUSY);
     ring_switch_in_order(1);
     ring_switch_in_order(PL_READ_BATCH);
+    ring_switch_at_turn_end(0);
+    ring_switch_at_turn_end(2);
     ring_switch_overtaken(false);
     ring_switch_overtaken(true);
 }
