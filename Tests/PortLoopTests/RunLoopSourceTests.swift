@@ -152,11 +152,11 @@ struct RunLoopSourceTests {
             if message.id % 5 == 0, !before.isEmpty {
                 var changed = message.payload
                 changed[0] = ~changed[0]
-                if message.payload != before { corrupt.withLock { $0.append(message.id) } }
+                if message.payload != payload(Int(message.id)) { corrupt.withLock { $0.append(message.id) } }
             }
-            if message.id == 40 {
+            if message.id == 42 { // kept, then a nested run handles messages while this one's payload is in hand
                 _ = PortRunLoop.current.run(mode: nestedMode, timeout: .milliseconds(200))
-                if message.payload != before { corrupt.withLock { $0.append(message.id) } }
+                if message.payload != payload(Int(message.id)) { corrupt.withLock { $0.append(message.id) } }
             }
             if message.id == Int32(count - 1) { PortRunLoop.current.stop() }
             return nil
@@ -174,6 +174,44 @@ struct RunLoopSourceTests {
         let keptNow = kept.current
         #expect(keptNow.count == (0..<(count + 40)).filter { $0 % 3 == 0 }.count)
         #expect(keptNow.filter { $0.1 != payload(Int($0.0)) }.map(\.0).isEmpty, "kept payloads changed later")
+    }
+
+    @Test("a source whose last outside reference goes in its own callout lives until the callout returns")
+    func source1ReleasedInOwnCallout() throws {
+        // The handler invalidates its source and lets go of the only reference outside the loop; the canary, which
+        // only the handler holds, must not die before the handler returns, and must once the run is over.
+        final class Canary: Sendable {
+            let died: Locked<Bool>
+            init(_ died: Locked<Bool>) { self.died = died }
+            deinit { died.withLock { $0 = true } }
+        }
+        let died = Locked(false)
+        let diedInCall = Locked<Bool?>(nil)
+        let holder = Locked<RunLoopPortSource?>(nil)
+        let sender: PortSendRight
+        do {
+            let canary = Canary(died)
+            let source = try RunLoopPortSource { _ in
+                withExtendedLifetime(canary) {}
+                let own = holder.withLock { held -> RunLoopPortSource? in
+                    defer { held = nil }
+                    return held
+                }
+                own?.invalidate()
+                diedInCall.withLock { $0 = canary.died.current }
+                return nil
+            }
+            sender = source.makeSendRight()
+            holder.withLock { $0 = source }
+        }
+        let worker = TestLoopThread(setUp: { loop in
+            guard let source = holder.current else { return }
+            try loop.add(source, mode: .default)
+        }, body: { loop in [loop.run(mode: .default, timeout: .seconds(30))] })
+        try sender.send(id: 1)
+        #expect(worker.join() == [.finished], "the invalidated source left the mode empty")
+        #expect(diedInCall.current == false)
+        #expect(died.current, "the source and its handler are gone once the run is over")
     }
 
     @Test("removing a source during a run: it is not performed again and the mode may finish")

@@ -17,8 +17,8 @@ func __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE0_PERFORM_FUNCTION__(_ source: RunLoop
     source.perform()
 }
 
-/// The message is lent, not copied: passed as it was, the optimizer copied it, retaining and releasing each of its
-/// references once more per message. The loop takes its payload array back afterwards (`spareBytes`).
+/// The message is lent, so that the call neither copies it nor retains its references; the loop takes its payload
+/// array back afterwards (`spareBytes`).
 @inline(never)
 func __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__(
     _ source: RunLoopPortSource, _ message: borrowing ReceivedMessage) -> PortReply? {

@@ -151,9 +151,13 @@ extension PortRunLoop {
         let size = Int(header.size)
         var message = ReceivedMessage.adopting(header, payload: payloadBytes(payload, count: size))
         let replyPort = message.replyPort // for the answer, which is sent after the message is gone
-        let reply = source._withUnsafeGuaranteedRef { __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__($0, message) }
-        // Kept for the next message's payload, unless this one was over the limit (an array's room is at most about
-        // twice its payload's size: `payloadBytes`) or empty (it took no array, and leaves the one kept).
+        // Not retained for the call: `lookup` holds the source, and so does the mode (`sources1`) or, once the source
+        // has left it, the run (`departedSources1`).
+        let reply = source._withUnsafeGuaranteedRef {
+            __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__($0, message)
+        }
+        // Kept for the next message's payload, unless this one was over the limit or empty (it took no array of the
+        // loop's, and leaves the one kept).
         if size > 0 && size <= Self.spareBytesLimit { swap(&message.payload, &spareBytes) }
         _ = consume message
         if let reply, let replyPort {
@@ -168,16 +172,20 @@ extension PortRunLoop {
     }
 
     /// The handler's payload array, in the array a previous message's handler let go of when it can be (see
-    /// ``spareBytes``), made otherwise.
+    /// ``spareBytes``), made otherwise. A payload over ``spareBytesLimit`` gets an array of its own and leaves the
+    /// one kept alone.
     private func payloadBytes(_ payload: UnsafeRawPointer?, count: Int) -> [UInt8] {
-        guard count > 0, let payload else { return [] }
+        guard count > 0 else { return [] }
         let source = UnsafeRawBufferPointer(start: payload, count: count)
+        guard count <= Self.spareBytesLimit else { return Array(source) }
         var bytes: [UInt8] = []
         swap(&bytes, &spareBytes)
         if bytes.count == count {
-            // Copied over in place; if the last handler kept its array after all, the write makes a copy first.
+            // Copied over in place; if the last handler kept its array after all, the write makes a copy first, of
+            // exactly its size.
             bytes.withUnsafeMutableBytes { $0.copyMemory(from: source) }
-        } else if bytes.capacity >= count && bytes.capacity <= 2 * count + 32 {
+        } else if bytes.capacity >= count && bytes.capacity <= count + count / 4 + 32 {
+            // A kept array is copied here at its old room: at most a quarter more than the payload, and 32 bytes.
             bytes.removeAll(keepingCapacity: true)
             bytes.append(contentsOf: source)
         } else {
@@ -208,7 +216,8 @@ extension PortRunLoop {
         if let source = present {
             lookup = SourceLookup(arrival: arrival, generation: generation, source: source)
             // Invalidated but not yet out of the mode: its remover is about to take it out.
-            return source.isValid && !(following && stopping) ? .perform(Unmanaged.passUnretained(source)) : .putBack(source)
+            guard source.isValid && !(following && stopping) else { return .putBack(source) }
+            return .perform(Unmanaged.passUnretained(source))
         }
         // A source leaves the mode's set and `sources1` in one hold of the loop's lock, and a run in the mode
         // keeps it in `departedSources1` until every message it may have taken has been dealt with.

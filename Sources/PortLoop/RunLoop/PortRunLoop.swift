@@ -101,11 +101,12 @@ public final class PortRunLoop: @unchecked Sendable {
     /// The payload array of the last message handled, taken back after its handler returned, for the next
     /// message's payload: a handler that does not keep its message's payload costs no allocation. A handler that
     /// keeps it shares the array, which the next message's write then leaves to it (arrays copy on write); a
-    /// payload of another size gets an array of its own unless this one's room fits it (at most about twice the
-    /// size, so a kept payload never holds much more memory than it uses). Loop's thread only.
+    /// payload of another size gets an array of its own unless this one's room fits it (at most a quarter more than
+    /// the payload and 32 bytes, so a kept payload never holds much more memory than it uses). Loop's thread only.
     @exclusivity(unchecked) var spareBytes: [UInt8] = []
-    /// The largest array kept as ``spareBytes``: larger payloads get arrays of their own, freed with them.
-    static let spareBytesLimit = 65_536
+    /// The largest payload whose array is kept as ``spareBytes`` (the size of a batch's buffer): beyond it, copying
+    /// the bytes costs far more than the allocation, and a loop should not hold much memory while it sleeps.
+    static let spareBytesLimit = 16_384
     /// The batch storage ``handleMessages`` lends itself while it runs, made at the first batch; loop's thread only.
     @exclusivity(unchecked) var batchStorage: MessageBatch?
     /// Whether a run's ``handleMessages`` holds `batchStorage`; loop's thread only.
@@ -297,8 +298,8 @@ struct PendingBlock {
 
 /// Storage for one batch of received messages: their headers, the small payloads packed together, and the
 /// memory of the larger ones, taken over (`pl_port_set_receive_batch_taking`) and freed one by one as each
-/// message is dealt with. A value of three pointers, so that lending it costs no reference counting; its owner
-/// calls ``deallocate()``.
+/// message is dealt with. A value of three pointers, so that lending it costs no reference counting; only its
+/// owner calls ``deallocate()``: the loop's deinit for the loop's own, a nested run for the one it made.
 struct MessageBatch {
     let headers = UnsafeMutableBufferPointer<pl_received_t>.allocate(capacity: PortRunLoop.messageBatch)
     let payloads = UnsafeMutableRawBufferPointer.allocate(byteCount: 16_384, alignment: 16)

@@ -20,8 +20,8 @@ public struct PortReply: Sendable {
 /// reply port.
 ///
 /// The message is lent to the handler for the call. Its payload array is one the loop reuses for the next
-/// message once the handler lets go of it, so a handler that does not keep payloads costs no allocation per
-/// message; one that keeps `message.payload` keeps it whole (arrays copy on write).
+/// message once the handler lets go of it, so a handler that does not keep payloads costs no allocation for them
+/// (up to 16 KiB, while sizes stay close); one that keeps `message.payload` keeps it whole (arrays copy on write).
 ///
 /// ```swift
 /// let source = try RunLoopPortSource { message in PortReply(id: message.id, bytes: message.payload) }
