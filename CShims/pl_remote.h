@@ -437,6 +437,9 @@ void pl_transport_want_writable(pl_conn_t *conn);     /* the outgoing queue has 
 void pl_transport_flush_owed(pl_conn_t *conn);        /* credit is owed to a waiting peer */
 void pl_transport_reclaim(pl_port_t *port);           /* send RECLAIMs for this port */
 void pl_transport_port_destroyed(pl_port_t *port);    /* tell holders, withdraw its service */
+/* Waits up to `timeout_ns` for the withdrawals queued so far (and any queued meanwhile) to be done: whether none is
+ * left. Never from the transport thread. */
+bool pl_transport_settle_withdrawals(int64_t timeout_ns);
 void pl_transport_kill(pl_conn_t *conn, const char *why); /* end a connection (a write failed) */
 void pl_transport_drop_export(pl_conn_t *conn, uint32_t handle); /* drop an export left with no transfer */
 void pl_transport_sweep_soon(pl_conn_t *conn);         /* a proxy went idle: sweep it in time */

@@ -134,6 +134,9 @@ static pl_status_t pl_activation_check(int fd) {
     return PL_OK;
 }
 
+/* How long a check-in waits for this process's own withdrawals before it calls a held name in use. */
+#define PL_WITHDRAW_WAIT_NS 2000000000LL
+
 /* ---- check-in ---------------------------------------------------------------------------------------- */
 
 void pl_service_release(pl_service_t *service) {
@@ -174,9 +177,15 @@ static pl_status_t pl_listen_on_name(const char *directory, const char *name, pl
 
     service->lock_fd = open(service->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (service->lock_fd < 0) return pl_system_failure("open");
+    bool settled = false;
     while (flock(service->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-        if (errno == EWOULDBLOCK) return PL_ERR_NAME_IN_USE;
-        if (errno != EINTR) return pl_system_failure("flock");
+        if (errno == EINTR) continue;
+        if (errno != EWOULDBLOCK) return pl_system_failure("flock");
+        /* The holder may be this process, withdrawing the name: its transport lets go of the lock a moment after
+         * the service's port is destroyed. Once this process's withdrawals are done, the lock is free or held by a
+         * live service. */
+        if (settled || !pl_transport_settle_withdrawals(PL_WITHDRAW_WAIT_NS)) return PL_ERR_NAME_IN_USE;
+        settled = true;
     }
     /* The lock is ours: whatever socket is there was left by a process that is gone. */
     if (unlink(address.sun_path) != 0 && errno != ENOENT) return pl_system_failure("unlink");

@@ -72,6 +72,10 @@ static void *pl_transport_main(void *unused);
 /* Connections the transport does not watch for now (see the top), each with a reference; the transport thread's. */
 static pl_conn_t *pl_resting;
 static atomic_uint_fast64_t pl_rests; /* rests begun since the process started */
+/* Withdrawals queued and not yet done. A service's name is unlinked and its lock let go by the transport a moment
+ * after its port is destroyed, and a check-in of the same name from this process in that moment would find the
+ * lock held: it waits for these first (pl_transport_settle_withdrawals). */
+static atomic_uint pl_withdrawals_pending;
 
 uint64_t pl_remote_transport_rests(void) { return atomic_load_explicit(&pl_rests, memory_order_relaxed); }
 
@@ -104,6 +108,7 @@ static void pl_transport_after_fork_child(void) {
     T.started = false;
     T.epoll_fd = T.wake_fd = -1;
     T.head = T.tail = NULL; /* the parent's commands (leaked in the child) */
+    atomic_store_explicit(&pl_withdrawals_pending, 0, memory_order_relaxed); /* the parent's, as its commands */
     T.wake_pending = false;
     T.conns = NULL;
     T.services = NULL;
@@ -176,10 +181,11 @@ pl_status_t pl_transport_start(void) {
 
 /* ---- commands --------------------------------------------------------------------------------------- */
 
-static void pl_post_handle(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *port, const char *why,
+/* Whether the command was queued. */
+static bool pl_post_handle(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *port, const char *why,
                            uint32_t handle) {
     pl_command_t *command = calloc(1, sizeof *command);
-    if (command == NULL) return; /* out of memory: the work is lost, not the process (credit waits for a WANT) */
+    if (command == NULL) return false; /* out of memory: the work is lost, not the process (credit waits for a WANT) */
     command->kind = kind;
     command->handle = handle;
     command->conn = conn;
@@ -194,7 +200,7 @@ static void pl_post_handle(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *p
         if (conn != NULL) pl_conn_release(conn);
         if (port != NULL) pl_port_release_internal(port);
         free(command);
-        return;
+        return false;
     }
     if (T.tail != NULL) T.tail->next = command; else T.head = command;
     T.tail = command;
@@ -207,6 +213,7 @@ static void pl_post_handle(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *p
         ssize_t n;
         do { n = write(fd, &one, sizeof one); } while (n < 0 && errno == EINTR);
     }
+    return true;
 }
 
 static void pl_post(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *port, const char *why) {
@@ -239,7 +246,22 @@ static int pl_sweep_timeout(bool timed_out) {
     return 1000;
 }
 void pl_transport_kill(pl_conn_t *conn, const char *why) { pl_post(PL_CMD_KILL, conn, NULL, why); }
-void pl_transport_port_destroyed(pl_port_t *port) { pl_post(PL_CMD_WITHDRAW, NULL, port, NULL); }
+void pl_transport_port_destroyed(pl_port_t *port) {
+    atomic_fetch_add_explicit(&pl_withdrawals_pending, 1, memory_order_relaxed);
+    if (!pl_post_handle(PL_CMD_WITHDRAW, NULL, port, NULL, 0)) {
+        atomic_fetch_sub_explicit(&pl_withdrawals_pending, 1, memory_order_release);
+    }
+}
+
+bool pl_transport_settle_withdrawals(int64_t timeout_ns) {
+    int64_t deadline = pl_now_ns() + timeout_ns;
+    while (atomic_load_explicit(&pl_withdrawals_pending, memory_order_acquire) != 0) {
+        if (pl_now_ns() >= deadline) return false;
+        struct timespec pause = { .tv_sec = 0, .tv_nsec = 1000000 };
+        nanosleep(&pause, NULL);
+    }
+    return true;
+}
 void pl_transport_reclaim(pl_port_t *port) { pl_remote_reclaim(port); }
 
 /* ---- registration ----------------------------------------------------------------------------------- */
@@ -585,6 +607,7 @@ static void pl_run_commands(void) {
                 service->next = pl_withdrawn;
                 pl_withdrawn = service;
             }
+            atomic_fetch_sub_explicit(&pl_withdrawals_pending, 1, memory_order_release);
             break;
         }
         }
