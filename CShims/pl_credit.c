@@ -420,7 +420,9 @@ void pl_remote_port_destroyed(pl_port_t *port) {
     pl_notify(notices, count, PL_FRAME_DEAD);
     if (service != NULL) {
         /* The name goes now, on this thread, so that a process that exits right after destroying the port
-         * leaves no socket behind; the listening socket itself is the transport thread's to close. */
+         * leaves no socket behind; the listening socket and the lock are the transport thread's to close. The
+         * withdrawal is counted as begun first: a check-in that finds the name gone waits for it. */
+        pl_transport_withdrawal_begin();
         pl_service_unlink(service);
         pl_transport_port_destroyed(port);
     }

@@ -436,9 +436,10 @@ pl_status_t pl_transport_add_service(pl_service_t *service);
 void pl_transport_want_writable(pl_conn_t *conn);     /* the outgoing queue has frames */
 void pl_transport_flush_owed(pl_conn_t *conn);        /* credit is owed to a waiting peer */
 void pl_transport_reclaim(pl_port_t *port);           /* send RECLAIMs for this port */
-void pl_transport_port_destroyed(pl_port_t *port);    /* tell holders, withdraw its service */
-/* Waits up to `timeout_ns` for the withdrawals queued so far (and any queued meanwhile) to be done: whether none is
- * left. Never from the transport thread. */
+void pl_transport_withdrawal_begin(void);            /* a service's port is being destroyed (before its unlink) */
+void pl_transport_port_destroyed(pl_port_t *port);    /* tell holders, withdraw its service (after the begin) */
+/* Waits up to `timeout_ns` for the withdrawals begun so far to be done: whether they are. Never from the transport
+ * thread. */
 bool pl_transport_settle_withdrawals(int64_t timeout_ns);
 void pl_transport_kill(pl_conn_t *conn, const char *why); /* end a connection (a write failed) */
 void pl_transport_drop_export(pl_conn_t *conn, uint32_t handle); /* drop an export left with no transfer */

@@ -181,9 +181,9 @@ static pl_status_t pl_listen_on_name(const char *directory, const char *name, pl
     while (flock(service->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         if (errno == EINTR) continue;
         if (errno != EWOULDBLOCK) return pl_system_failure("flock");
-        /* The holder may be this process, withdrawing the name: its transport lets go of the lock a moment after
-         * the service's port is destroyed. Once this process's withdrawals are done, the lock is free or held by a
-         * live service. */
+        /* The holder may be this process, withdrawing the name: the name goes with the service's port at once,
+         * the lock a moment later, when the transport closes it. Once the withdrawals this process had begun are
+         * done, the lock is free or held by a live service. */
         if (settled || !pl_transport_settle_withdrawals(PL_WITHDRAW_WAIT_NS)) return PL_ERR_NAME_IN_USE;
         settled = true;
     }

@@ -72,10 +72,10 @@ static void *pl_transport_main(void *unused);
 /* Connections the transport does not watch for now (see the top), each with a reference; the transport thread's. */
 static pl_conn_t *pl_resting;
 static atomic_uint_fast64_t pl_rests; /* rests begun since the process started */
-/* Withdrawals queued and not yet done. A service's name is unlinked and its lock let go by the transport a moment
- * after its port is destroyed, and a check-in of the same name from this process in that moment would find the
- * lock held: it waits for these first (pl_transport_settle_withdrawals). */
-static atomic_uint pl_withdrawals_pending;
+/* Withdrawals begun and done, counted since the process started. A destroyed service's name goes at once, but its
+ * lock only when the transport closes it a moment later: a check-in of the same name from this process in that
+ * moment would find the lock held, and waits for the withdrawals begun before it (pl_transport_settle_withdrawals). */
+static atomic_uint_fast64_t pl_withdrawals_begun, pl_withdrawals_done;
 
 uint64_t pl_remote_transport_rests(void) { return atomic_load_explicit(&pl_rests, memory_order_relaxed); }
 
@@ -108,7 +108,8 @@ static void pl_transport_after_fork_child(void) {
     T.started = false;
     T.epoll_fd = T.wake_fd = -1;
     T.head = T.tail = NULL; /* the parent's commands (leaked in the child) */
-    atomic_store_explicit(&pl_withdrawals_pending, 0, memory_order_relaxed); /* the parent's, as its commands */
+    /* The parent's withdrawals are the parent's, as its commands are. */
+    atomic_store_explicit(&pl_withdrawals_done, atomic_load(&pl_withdrawals_begun), memory_order_relaxed);
     T.wake_pending = false;
     T.conns = NULL;
     T.services = NULL;
@@ -246,16 +247,19 @@ static int pl_sweep_timeout(bool timed_out) {
     return 1000;
 }
 void pl_transport_kill(pl_conn_t *conn, const char *why) { pl_post(PL_CMD_KILL, conn, NULL, why); }
+void pl_transport_withdrawal_begin(void) { atomic_fetch_add_explicit(&pl_withdrawals_begun, 1, memory_order_seq_cst); }
+
 void pl_transport_port_destroyed(pl_port_t *port) {
-    atomic_fetch_add_explicit(&pl_withdrawals_pending, 1, memory_order_relaxed);
     if (!pl_post_handle(PL_CMD_WITHDRAW, NULL, port, NULL, 0)) {
-        atomic_fetch_sub_explicit(&pl_withdrawals_pending, 1, memory_order_release);
+        atomic_fetch_add_explicit(&pl_withdrawals_done, 1, memory_order_release); /* nothing will come of it */
     }
 }
 
 bool pl_transport_settle_withdrawals(int64_t timeout_ns) {
+    /* Commands run in order: once as many are done as had begun, those that had begun are done. */
+    uint64_t begun = atomic_load_explicit(&pl_withdrawals_begun, memory_order_seq_cst);
     int64_t deadline = pl_now_ns() + timeout_ns;
-    while (atomic_load_explicit(&pl_withdrawals_pending, memory_order_acquire) != 0) {
+    while (atomic_load_explicit(&pl_withdrawals_done, memory_order_acquire) < begun) {
         if (pl_now_ns() >= deadline) return false;
         struct timespec pause = { .tv_sec = 0, .tv_nsec = 1000000 };
         nanosleep(&pause, NULL);
@@ -607,7 +611,7 @@ static void pl_run_commands(void) {
                 service->next = pl_withdrawn;
                 pl_withdrawn = service;
             }
-            atomic_fetch_sub_explicit(&pl_withdrawals_pending, 1, memory_order_release);
+            atomic_fetch_add_explicit(&pl_withdrawals_done, 1, memory_order_release);
             break;
         }
         }
