@@ -156,9 +156,8 @@ extension PortRunLoop {
         let reply = source._withUnsafeGuaranteedRef {
             __PORTLOOP_IS_CALLING_OUT_TO_A_SOURCE1_PERFORM_FUNCTION__($0, message)
         }
-        // Kept for the next message's payload, unless this one was over the limit or empty (it took no array of the
-        // loop's, and leaves the one kept).
-        if size > 0 && size <= Self.spareBytesLimit { swap(&message.payload, &spareBytes) }
+        // Kept for the next message's payload, if it came from there (`payloadBytes`).
+        if Self.reusesBytes(forPayloadOf: size) { swap(&message.payload, &spareBytes) }
         _ = consume message
         if let reply, let replyPort {
             // Never block the loop on a requester that does not read its replies.
@@ -171,13 +170,16 @@ extension PortRunLoop {
         return .done(true)
     }
 
+    /// Whether a payload of `size` bytes goes through ``spareBytes``: an empty one takes no array, and one over
+    /// ``spareBytesLimit`` gets an array of its own; either leaves the one kept alone.
+    private static func reusesBytes(forPayloadOf size: Int) -> Bool { size > 0 && size <= spareBytesLimit }
+
     /// The handler's payload array, in the array a previous message's handler let go of when it can be (see
-    /// ``spareBytes``), made otherwise. A payload over ``spareBytesLimit`` gets an array of its own and leaves the
-    /// one kept alone.
+    /// ``spareBytes``), made otherwise.
     private func payloadBytes(_ payload: UnsafeRawPointer?, count: Int) -> [UInt8] {
         guard count > 0 else { return [] }
         let source = UnsafeRawBufferPointer(start: payload, count: count)
-        guard count <= Self.spareBytesLimit else { return Array(source) }
+        guard Self.reusesBytes(forPayloadOf: count) else { return Array(source) }
         var bytes: [UInt8] = []
         swap(&bytes, &spareBytes)
         if bytes.count == count {
