@@ -601,13 +601,15 @@ static void pl_run_commands(void) {
             port->service = NULL;
             pthread_mutex_unlock(&port->lock);
             if (service != NULL) {
+                /* Closed in the same hold of T.lock that takes it off the list: a fork() meanwhile would leave the
+                 * child holding the descriptors of a service its handler no longer sees (and the lock with them). */
                 pthread_mutex_lock(&T.lock);
                 pl_service_t **link = &T.services;
                 while (*link != NULL && *link != service) link = &(*link)->next;
                 if (*link != NULL) *link = service->next;
-                pthread_mutex_unlock(&T.lock);
                 epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, service->listen_fd, NULL);
                 pl_service_withdraw(service);
+                pthread_mutex_unlock(&T.lock);
                 service->next = pl_withdrawn;
                 pl_withdrawn = service;
             }

@@ -1380,7 +1380,25 @@ static void fork_child_body(void) {
      * inherited as leaked, and exits 1: that is valgrind's verdict on the copy, not the child's.) */
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 2 && WEXITSTATUS(status) != 3);
     CHECK(received == 200);
+
+    /* A child that lives on holds none of the service's descriptors (its fork handler closed its copies): the
+     * parent withdraws the name, lock and all, and checks it in again at once. */
+    pid_t sleeper = fork();
+    CHECK(sleeper >= 0);
+    if (sleeper == 0) {
+        for (;;) pause();
+    }
     CHECK_OK(pl_port_destroy(port));
+    pl_port_t *again;
+    CHECK_OK(pl_port_create(64, 64, &again));
+    int64_t begun = now_ns();
+    pl_status_t checked_in = pl_service_check_in(dir, "svc", again, NULL);
+    if (checked_in != PL_OK) fprintf(stderr, "fork_child: checking in again: %s\n", pl_status_describe(checked_in));
+    CHECK(checked_in == PL_OK);
+    CHECK(now_ns() - begun < 1000 * MS); /* not after the wait for this process's own withdrawals ran out */
+    CHECK(kill(sleeper, SIGKILL) == 0);
+    CHECK(waitpid(sleeper, &status, 0) == sleeper);
+    CHECK_OK(pl_port_destroy(again));
     remove_service_dir(dir);
 }
 
