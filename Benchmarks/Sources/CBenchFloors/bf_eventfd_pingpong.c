@@ -30,7 +30,8 @@ static void *bf_echo(void *arg) {
     return NULL;
 }
 
-int64_t bf_eventfd_pingpong(uint64_t warmup, uint64_t round_trips) {
+int64_t bf_eventfd_pingpong(uint64_t warmup, uint64_t round_trips, int64_t *laps, uint64_t *lap_count) {
+    if (lap_count != NULL) *lap_count = 0;
     bf_pingpong_t pp = { .to_a = eventfd(0, EFD_CLOEXEC), .to_b = eventfd(0, EFD_CLOEXEC),
                          .total = warmup + round_trips, .failed = 0 };
     int64_t elapsed = -1;
@@ -39,6 +40,8 @@ int64_t bf_eventfd_pingpong(uint64_t warmup, uint64_t round_trips) {
 
     /* Thread A (the caller): pings, waits for the answer. */
     int64_t start = bf_now_ns();
+    int64_t previous = start; /* laps: the time the last answer came (the first ping's, for the first) */
+    uint64_t lapped = 0;
     uint64_t value;
     for (uint64_t i = 0; i < pp.total; i++) {
         if (i == warmup) start = bf_now_ns();
@@ -46,7 +49,13 @@ int64_t bf_eventfd_pingpong(uint64_t warmup, uint64_t round_trips) {
             pp.failed = 1;
             break;
         }
+        if (laps != NULL) {
+            int64_t now = bf_now_ns();
+            if (i + 1 > warmup && lapped < round_trips) laps[lapped++] = now - previous;
+            previous = now;
+        }
     }
+    if (lap_count != NULL) *lap_count = lapped;
     int64_t end = bf_now_ns();
     if (pp.failed) bf_efd_write(pp.to_b, 1); /* best effort: let B finish; a write error ends B too */
     pthread_join(echo, NULL);

@@ -26,6 +26,9 @@ typedef struct {
     uint64_t warmup, total;
     uint64_t received;
     int64_t start, end;       /* A only: the timed part */
+    int64_t *laps;            /* A only, or NULL: each timed round trip's time */
+    uint64_t lapped;
+    int64_t previous;         /* when the last answer came (the first ping was sent, for the first) */
     int failed;
     pthread_barrier_t *ready; /* both bases exist before the first ping */
 } bf_side_t;
@@ -37,6 +40,11 @@ static void bf_on_readable(evutil_socket_t fd, short what, void *arg) {
     if (bf_efd_read(fd, &value) != 0) return; /* spurious: nothing to read */
     side->received++;
     if (side->initiator) {
+        if (side->laps != NULL) {
+            int64_t now = bf_now_ns();
+            if (side->received > side->warmup) side->laps[side->lapped++] = now - side->previous;
+            side->previous = now;
+        }
         if (side->received == side->warmup) side->start = bf_now_ns();
         if (side->received == side->total) { side->end = bf_now_ns(); return; }
     }
@@ -60,6 +68,7 @@ static void *bf_side_run(void *arg) {
     if (!side->failed) {
         if (side->initiator) {
             side->start = bf_now_ns(); /* replaced after the warm-up, if any */
+            side->previous = side->start;
             if (bf_efd_write(side->peer_fd, 1) != 0) side->failed = 1;
         }
         while (!side->failed && side->received < side->total) {
@@ -71,7 +80,8 @@ static void *bf_side_run(void *arg) {
     return NULL;
 }
 
-int64_t bf_libevent_pingpong(uint64_t warmup, uint64_t round_trips) {
+int64_t bf_libevent_pingpong(uint64_t warmup, uint64_t round_trips, int64_t *laps, uint64_t *lap_count) {
+    if (lap_count != NULL) *lap_count = 0;
     pthread_once(&bf_libevent_once, bf_libevent_init);
     if (!bf_libevent_threads_ok) return -1;
 
@@ -80,7 +90,7 @@ int64_t bf_libevent_pingpong(uint64_t warmup, uint64_t round_trips) {
     pthread_barrier_t ready;
     pthread_barrier_init(&ready, NULL, 2);
     bf_side_t a = { .my_fd = fd_a, .peer_fd = fd_b, .initiator = 1, .warmup = warmup,
-                    .total = warmup + round_trips, .ready = &ready };
+                    .total = warmup + round_trips, .laps = laps, .ready = &ready };
     bf_side_t b = { .my_fd = fd_b, .peer_fd = fd_a, .initiator = 0, .warmup = warmup,
                     .total = warmup + round_trips, .ready = &ready };
     pthread_t thread_b;
@@ -89,6 +99,7 @@ int64_t bf_libevent_pingpong(uint64_t warmup, uint64_t round_trips) {
         if (a.failed) { b.failed = 1; bf_efd_write(fd_b, 1); } /* best effort: let B leave its loop */
         pthread_join(thread_b, NULL);
         if (!a.failed && !b.failed) elapsed = a.end - a.start;
+        if (lap_count != NULL) *lap_count = a.lapped;
     }
     pthread_barrier_destroy(&ready);
     if (fd_a >= 0) close(fd_a);

@@ -54,7 +54,10 @@ final class LatencyHistograms: @unchecked Sendable {
             defer { lastClock = nil }
             return lastClock
         }
-        if record, let clock, clock.laps.totalCount > 0 { add(clock.laps, scenario: scenario, name: name) }
+        if record, let clock {
+            let laps = clock.laps
+            if laps.totalCount > 0 { add(laps, scenario: scenario, name: name) }
+        }
         return result
     }
 

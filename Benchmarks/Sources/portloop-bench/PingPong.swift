@@ -34,10 +34,12 @@ let pingPongScenario = Scenario(
             { nioPingPong(warmup: warmup, roundTrips: roundTrips) },
             { portPingPong(warmup: warmup, roundTrips: roundTrips, viaSet: false) },
             { portPingPong(warmup: warmup, roundTrips: roundTrips, viaSet: true) },
-            { floorNanoseconds("eventfd ping-pong", bf_eventfd_pingpong(UInt64(warmup), UInt64(roundTrips)),
-                               per: roundTrips) },
-            { floorNanoseconds("libevent ping-pong", bf_libevent_pingpong(UInt64(warmup), UInt64(roundTrips)),
-                               per: roundTrips) },
+            { floorLapping("eventfd ping-pong", roundTrips: roundTrips) {
+                bf_eventfd_pingpong(UInt64(warmup), UInt64(roundTrips), $0, $1)
+            } },
+            { floorLapping("libevent ping-pong", roundTrips: roundTrips) {
+                bf_libevent_pingpong(UInt64(warmup), UInt64(roundTrips), $0, $1)
+            } },
             { loopSource1PingPong(warmup: warmup, roundTrips: roundTrips, spin: lowLatencySpin) },
         ])
     }
@@ -60,6 +62,19 @@ let pingPongScenario = Scenario(
 /// The spin of the low-latency row: longer than a round trip on this class of machine, so that the answer
 /// usually arrives while the loop still polls (it burns a core for that long after each pass).
 let lowLatencySpin = Duration.microseconds(200)
+
+/// Runs a ping-pong floor that times its laps as the Swift variants do (room for `roundTrips` of them), keeps
+/// them for the latency histograms, and returns nanoseconds per round trip.
+func floorLapping(_ what: String, roundTrips: Int,
+                  _ body: (UnsafeMutablePointer<Int64>, UnsafeMutablePointer<UInt64>) -> Int64) -> Double {
+    let clock = RoundTripClock()
+    let laps = UnsafeMutableBufferPointer<Int64>.allocate(capacity: roundTrips)
+    defer { laps.deallocate() }
+    var count: UInt64 = 0
+    let elapsed = body(laps.baseAddress!, &count)
+    clock.keep(laps: UnsafeBufferPointer(rebasing: laps[..<Int(min(count, UInt64(roundTrips)))]))
+    return floorNanoseconds(what, elapsed, per: roundTrips)
+}
 
 /// Converts a floor's elapsed time to nanoseconds per iteration; a failed floor ends the program.
 func floorNanoseconds(_ what: String, _ elapsed: Int64, per iterations: Int) -> Double {

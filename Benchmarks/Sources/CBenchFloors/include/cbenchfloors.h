@@ -17,13 +17,16 @@ extern "C" {
 #endif
 
 /** Two threads ping-pong over two bare eventfds with blocking read/write.
- *  Returns the nanoseconds taken by `round_trips` round trips (after `warmup` untimed ones). */
-int64_t bf_eventfd_pingpong(uint64_t warmup, uint64_t round_trips);
+ *  Returns the nanoseconds taken by `round_trips` round trips (after `warmup` untimed ones). With `laps`
+ *  (room for `round_trips`; or NULL), times each round trip as the Swift variants do (a clock read when its
+ *  answer arrives), stores the time of each after the first timed one, and sets `*lap_count`. */
+int64_t bf_eventfd_pingpong(uint64_t warmup, uint64_t round_trips, int64_t *laps, uint64_t *lap_count);
 
 /** Two threads, each looping its own libevent event_base (evthread_use_pthreads, precise timer) that
  *  watches the thread's eventfd; each callback reads its eventfd and writes the other thread's.
- *  Returns the nanoseconds taken by `round_trips` round trips (after `warmup` untimed ones). */
-int64_t bf_libevent_pingpong(uint64_t warmup, uint64_t round_trips);
+ *  Returns the nanoseconds taken by `round_trips` round trips (after `warmup` untimed ones); `laps` and
+ *  `lap_count` as for bf_eventfd_pingpong. */
+int64_t bf_libevent_pingpong(uint64_t warmup, uint64_t round_trips, int64_t *laps, uint64_t *lap_count);
 
 /** A producer writes 1 to an eventfd `messages` times; a consumer blocks reading it until the values read
  *  add up to `messages`. Returns the nanoseconds from the producer's first write to the consumer's last
