@@ -13,9 +13,9 @@ import PortLoop
 /// Times written by the loop threads and read after joining them; and each round trip's time (`laps`, only
 /// on the side calling `lap`), for the latency histograms (Latency.swift).
 ///
-/// A lap costs what it costs the C floors, which take the same laps (a clock read and a store): put into a
-/// histogram on the spot, with the run-time exclusivity checks of a class's properties, it cost a loop's round
-/// trip pinned to one vCPU 1.5-2.5 % more than the floor paid, which timed no laps then.
+/// A lap is a clock read and a store, as the C floors' laps are, so that timing costs every variant alike; the
+/// histogram is made after the run (the properties skip the run-time exclusivity checks, which would cost a
+/// round trip more than the lap itself).
 final class RoundTripClock: @unchecked Sendable {
     var start: Int64 = 0
     var end: Int64 = 0
