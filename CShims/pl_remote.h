@@ -432,6 +432,16 @@ void pl_remote_port_destroyed(pl_port_t *port);
 
 pl_status_t pl_transport_start(void);                 /* idempotent; PL_ERR_SYSTEM when it cannot start */
 pl_status_t pl_transport_add_conn(pl_conn_t *conn);  /* watch a new connection (takes a reference) */
+/* Lists the service as opening (before its check-in opens a descriptor): a child of fork() closes its descriptors
+ * too, as it closes those of the services the transport watches. pl_transport_add_service takes it off the list;
+ * a check-in that gives up calls pl_transport_opening_drop, which closes its descriptors in the same hold of the
+ * lock fork() waits for. */
+void pl_transport_opening_add(pl_service_t *service);
+void pl_transport_opening_drop(pl_service_t *service);
+/* Around the system call that makes an opening service's descriptor and the store of it: fork() waits meanwhile,
+ * so that a child never has a descriptor its handler cannot see. Nothing else may be called in between. */
+void pl_transport_hold_fork(void);
+void pl_transport_release_fork(void);
 pl_status_t pl_transport_add_service(pl_service_t *service);
 void pl_transport_want_writable(pl_conn_t *conn);     /* the outgoing queue has frames */
 void pl_transport_flush_owed(pl_conn_t *conn);        /* credit is owed to a waiting peer */

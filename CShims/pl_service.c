@@ -136,6 +136,9 @@ static pl_status_t pl_activation_check(int fd) {
 
 /* How long a check-in waits for this process's own withdrawals before it calls a held name in use. */
 #define PL_WITHDRAW_WAIT_NS 2000000000LL
+/* Then how long it keeps trying: a child this process forked a moment ago holds a copy of a withdrawn service's lock
+ * until its fork handler closes it. */
+#define PL_FORK_COPY_WAIT_NS 50000000LL
 
 /* ---- check-in ---------------------------------------------------------------------------------------- */
 
@@ -175,21 +178,35 @@ static pl_status_t pl_listen_on_name(const char *directory, const char *name, pl
     if (service->lock_path == NULL || service->path == NULL) return PL_ERR_NO_MEMORY;
     snprintf(service->lock_path, lock_size, "%s/.%s.lock", directory, name);
 
+    pl_transport_hold_fork();
     service->lock_fd = open(service->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int saved = errno;
+    pl_transport_release_fork();
+    errno = saved;
     if (service->lock_fd < 0) return pl_system_failure("open");
-    bool settled = false;
+    int64_t give_up = 0; /* set once this process's withdrawals are done */
     while (flock(service->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         if (errno == EINTR) continue;
         if (errno != EWOULDBLOCK) return pl_system_failure("flock");
         /* The holder may be this process, withdrawing the name: the name goes with the service's port at once,
          * the lock a moment later, when the transport closes it. Once the withdrawals this process had begun are
-         * done, the lock is free or held by a live service. */
-        if (settled || !pl_transport_settle_withdrawals(PL_WITHDRAW_WAIT_NS)) return PL_ERR_NAME_IN_USE;
-        settled = true;
+         * done, the lock is free, held by a live service, or, for a moment, by a child forked just before. */
+        if (give_up == 0) {
+            if (!pl_transport_settle_withdrawals(PL_WITHDRAW_WAIT_NS)) return PL_ERR_NAME_IN_USE;
+            give_up = pl_now_ns() + PL_FORK_COPY_WAIT_NS;
+            continue;
+        }
+        if (pl_now_ns() >= give_up) return PL_ERR_NAME_IN_USE;
+        struct timespec pause = { .tv_sec = 0, .tv_nsec = 1000000 };
+        nanosleep(&pause, NULL);
     }
     /* The lock is ours: whatever socket is there was left by a process that is gone. */
     if (unlink(address.sun_path) != 0 && errno != ENOENT) return pl_system_failure("unlink");
+    pl_transport_hold_fork();
     service->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    saved = errno;
+    pl_transport_release_fork();
+    errno = saved;
     if (service->listen_fd < 0) return pl_system_failure("socket");
     if (bind(service->listen_fd, (struct sockaddr *)&address, sizeof address) != 0) return pl_system_failure("bind");
     if (listen(service->listen_fd, 128) != 0) return pl_system_failure("listen");
@@ -210,6 +227,7 @@ pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port
     atomic_init(&service->refs, 1); /* the port's */
     service->listen_fd = service->lock_fd = -1;
     service->policy = policy != NULL ? *policy : pl_policy_default();
+    pl_transport_opening_add(service);
     if (activated >= 0) {
         status = pl_activation_check(activated);
         if (status == PL_OK) service->listen_fd = activated;
@@ -235,6 +253,7 @@ pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port
     if (status != PL_OK) {
         int saved = errno;
         if (service->path != NULL && service->listen_fd >= 0 && activated < 0) unlink(service->path);
+        pl_transport_opening_drop(service);
         pl_service_release(service);
         errno = saved;
     }

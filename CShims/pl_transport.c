@@ -64,6 +64,7 @@ static struct {
     bool wake_pending;
     pl_conn_t *conns;
     pl_service_t *services;
+    pl_service_t *opening;    /* services being checked in, not yet in `services` (pl_transport_opening_add) */
     uint32_t connection_count;
 } T = { .lock = PTHREAD_MUTEX_INITIALIZER, .epoll_fd = -1, .wake_fd = -1 };
 
@@ -96,13 +97,15 @@ static void pl_transport_after_fork_child(void) {
             conn->fd = -1;
             pl_ring_forget_in_child(conn->ring);
         }
-        for (pl_service_t *service = T.services; service != NULL; service = service->next) {
-            if (service->listen_fd >= 0) close(service->listen_fd);
-            service->listen_fd = -1;
-            if (service->lock_fd >= 0) close(service->lock_fd);
-            service->lock_fd = -1;
-            service->withdrawn = true;
-            service->path = NULL; /* the parent's name: never unlinked from here (leaked, as the copy is) */
+        for (int list = 0; list < 2; list++) {
+            for (pl_service_t *service = list == 0 ? T.services : T.opening; service != NULL; service = service->next) {
+                if (service->listen_fd >= 0) close(service->listen_fd);
+                service->listen_fd = -1;
+                if (service->lock_fd >= 0) close(service->lock_fd);
+                service->lock_fd = -1;
+                service->withdrawn = true;
+                service->path = NULL; /* the parent's name: never unlinked from here (leaked, as the copy is) */
+            }
         }
     }
     T.started = false;
@@ -113,6 +116,7 @@ static void pl_transport_after_fork_child(void) {
     T.wake_pending = false;
     T.conns = NULL;
     T.services = NULL;
+    T.opening = NULL; /* the check-ins of threads that do not exist here (leaked, as the copies are) */
     T.connection_count = 0;
     pl_resting = NULL; /* the parent's (their references leaked in the child, as the connections are) */
     pthread_mutex_unlock(&T.lock);
@@ -330,6 +334,34 @@ pl_status_t pl_transport_add_conn(pl_conn_t *conn) {
     return PL_OK;
 }
 
+/* Takes `service` off T.opening, if it is there (T.lock held). */
+static void pl_opening_unlink_locked(pl_service_t *service) {
+    pl_service_t **link = &T.opening;
+    while (*link != NULL && *link != service) link = &(*link)->next;
+    if (*link != NULL) *link = service->next;
+    service->next = NULL;
+}
+
+void pl_transport_opening_add(pl_service_t *service) {
+    pthread_mutex_lock(&T.lock);
+    service->next = T.opening;
+    T.opening = service;
+    pthread_mutex_unlock(&T.lock);
+}
+
+void pl_transport_opening_drop(pl_service_t *service) {
+    pthread_mutex_lock(&T.lock);
+    pl_opening_unlink_locked(service);
+    if (service->listen_fd >= 0) close(service->listen_fd);
+    service->listen_fd = -1;
+    if (service->lock_fd >= 0) close(service->lock_fd);
+    service->lock_fd = -1;
+    pthread_mutex_unlock(&T.lock);
+}
+
+void pl_transport_hold_fork(void) { pthread_mutex_lock(&T.lock); }
+void pl_transport_release_fork(void) { pthread_mutex_unlock(&T.lock); }
+
 pl_status_t pl_transport_add_service(pl_service_t *service) {
     struct epoll_event event = { .events = EPOLLIN, .data.u64 = (uint64_t)(uintptr_t)service | PL_TAG_SERVICE };
     pthread_mutex_lock(&T.lock);
@@ -339,6 +371,7 @@ pl_status_t pl_transport_add_service(pl_service_t *service) {
         return status;
     }
     atomic_fetch_add_explicit(&service->refs, 1, memory_order_relaxed);
+    pl_opening_unlink_locked(service);
     service->next = T.services;
     T.services = service;
     pthread_mutex_unlock(&T.lock);

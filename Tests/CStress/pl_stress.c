@@ -38,6 +38,11 @@
  *   status_queries           four threads ask a service in a child process for its status over one
  *                            connection, with echoes of every size, until the child is killed: each gets
  *                            answers from the child's pid, then invalid-destination, none waits longer
+ *   fork_child               a child forked after the transport started looks the parent's service up and sends
+ *                            to it; a child that lives on holds none of the service's descriptors, so the parent
+ *                            withdraws the name and checks it in again at once
+ *   fork_during_check_in     100 children forked while another thread checks a name in and withdraws it over and
+ *                            over: none holds the name's lock once its fork handler ran, every check-in succeeds
  *   ring_prepare_again       in a process of its own, the transport's start fails for want of descriptors (the
  *                            /dev/null where bells are emptied among them) and succeeds once they are back
  *   ring_bells               a shared-memory ring's wake-ups step by step: one ring per pass for an armed
@@ -1402,6 +1407,82 @@ static void fork_child_body(void) {
     remove_service_dir(dir);
 }
 
+/* Whether this process has a descriptor open on `path` (async-signal-safe: for a child of fork()). */
+static bool holds_descriptor_on(const char *path) {
+    size_t length = strlen(path);
+    for (int fd = 0; fd < 1024; fd++) {
+        char name[32] = "/proc/self/fd/";
+        char digits[12];
+        int count = 0;
+        for (int value = fd; count == 0 || value > 0; value /= 10) digits[count++] = (char)('0' + value % 10);
+        size_t at = strlen(name);
+        while (count > 0) name[at++] = digits[--count];
+        name[at] = '\0';
+        char target[256];
+        ssize_t n = readlink(name, target, sizeof target);
+        if (n == (ssize_t)length && memcmp(target, path, length) == 0) return true;
+    }
+    return false;
+}
+
+typedef struct {
+    const char *dir;
+    atomic_bool stop;
+    int rounds, failures;
+} check_in_churn_t;
+
+/* Checks "svc" in and destroys its port until told to stop. */
+static void *check_in_churn(void *arg) {
+    check_in_churn_t *churn = arg;
+    while (!atomic_load(&churn->stop)) {
+        pl_port_t *port;
+        if (pl_port_create(16, 16, &port) != PL_OK) { churn->failures++; break; }
+        pl_status_t status = pl_service_check_in(churn->dir, "svc", port, NULL);
+        if (status != PL_OK) {
+            if (churn->failures++ < 3) {
+                fprintf(stderr, "fork_during_check_in: round %d: %s\n", churn->rounds, pl_status_describe(status));
+            }
+        }
+        pl_port_destroy(port);
+        churn->rounds++;
+    }
+    return NULL;
+}
+
+/* 100 children forked while another thread checks a name in and withdraws it, over and over: none holds the name's
+ * lock file once its fork handler has run (such a child would keep the parent from checking the name in again for
+ * as long as it lives), and every check-in succeeds. A check-in's descriptors are made while fork() is held off, on
+ * a service the fork handler closes in the child. */
+static void fork_during_check_in_body(void) {
+    char dir[] = "/tmp/pl-stress-forkcheckin-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char lock_path[96];
+    snprintf(lock_path, sizeof lock_path, "%s/.svc.lock", dir);
+    check_in_churn_t churn = { .dir = dir };
+    atomic_init(&churn.stop, false);
+    pthread_t thread;
+    CHECK(pthread_create(&thread, NULL, check_in_churn, &churn) == 0);
+    int forks = 0, holding = 0;
+    int64_t deadline = now_ns() + 20000 * MS;
+    while (forks < 100 && now_ns() < deadline) {
+        pid_t child = fork();
+        CHECK(child >= 0);
+        if (child < 0) break;
+        if (child == 0) _exit(holds_descriptor_on(lock_path) ? 10 : 0);
+        int status = 0;
+        CHECK(waitpid(child, &status, 0) == child);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 10) holding++;
+        forks++;
+    }
+    atomic_store(&churn.stop, true);
+    CHECK(pthread_join(thread, NULL) == 0);
+    if (holding > 0) fprintf(stderr, "fork_during_check_in: %d of %d children held the lock\n", holding, forks);
+    CHECK(holding == 0);
+    CHECK(forks > 0 && churn.rounds > 0);
+    CHECK(churn.failures == 0);
+    remove_service_dir(dir);
+}
+
 /* Runs a scenario that starts a transport in a process of its own: the transport thread lives as long as its
  * process, which under valgrind would otherwise be this whole program. The child says over a pipe that its body
  * ran to the end, and how: its exit status alone cannot tell, since valgrind exits 1 for the memory a forked
@@ -1658,6 +1739,7 @@ static void scenario_notifications(void) {
 }
 
 static void scenario_fork_child(void) { run_in_own_process(fork_child_body); }
+static void scenario_fork_during_check_in(void) { run_in_own_process(fork_during_check_in_body); }
 
 /* Asks for the service's status until it fails; the last status and how many answers came back. */
 typedef struct status_asker {
@@ -3242,6 +3324,7 @@ int main(int argc, char **argv) {
         { "notifications", scenario_notifications },
         { "send_once_race", scenario_send_once_race },
         { "fork_child", scenario_fork_child },
+        { "fork_during_check_in", scenario_fork_during_check_in },
         { "status_queries", scenario_status_queries },
         { "ring_prepare_again", scenario_ring_prepare_again },
         { "ring_bells", scenario_ring_bells },
