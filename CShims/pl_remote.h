@@ -442,15 +442,23 @@ void pl_transport_opening_drop(pl_service_t *service);
  * so that a child never has a descriptor its handler cannot see. Nothing else may be called in between. */
 void pl_transport_hold_fork(void);
 void pl_transport_release_fork(void);
+/* Publishes an opening service as service->port's (taken off the opening list, watched, given a reference):
+ * PL_ERR_INVALID_ARG if that port is dead or has a service already, PL_ERR_SYSTEM (errno kept) if epoll refuses. */
 pl_status_t pl_transport_add_service(pl_service_t *service);
 void pl_transport_want_writable(pl_conn_t *conn);     /* the outgoing queue has frames */
 void pl_transport_flush_owed(pl_conn_t *conn);        /* credit is owed to a waiting peer */
 void pl_transport_reclaim(pl_port_t *port);           /* send RECLAIMs for this port */
 void pl_transport_withdrawal_begin(void);            /* a service's port is being destroyed (before its unlink) */
 void pl_transport_port_destroyed(pl_port_t *port);    /* tell holders, withdraw its service (after the begin) */
-/* Waits up to `timeout_ns` for the withdrawals begun so far to be done: whether they are. Never from the transport
- * thread. */
-bool pl_transport_settle_withdrawals(int64_t timeout_ns);
+/* A check-in's wait for a name's lock that this process may hold itself, soon to be closed (zeroed to start). */
+typedef struct {
+    uint64_t withdrawals; /* the withdrawals begun when the check-in first found the lock held */
+    int64_t since;        /* when that was (pl_now_ns) */
+} pl_lock_wait_t;
+/* Whether a check-in that found a name's lock held should look again in a moment: a withdrawal this process began
+ * before is not done yet (for 2 s at most), or this process forked less than 50 ms ago (the child has copies of the
+ * locks until its fork handler closes them). Never from the transport thread. */
+bool pl_transport_lock_may_be_ours(pl_lock_wait_t *wait);
 void pl_transport_kill(pl_conn_t *conn, const char *why); /* end a connection (a write failed) */
 void pl_transport_drop_export(pl_conn_t *conn, uint32_t handle); /* drop an export left with no transfer */
 void pl_transport_sweep_soon(pl_conn_t *conn);         /* a proxy went idle: sweep it in time */
@@ -499,6 +507,8 @@ void pl_service_accepted(pl_service_t *service, int fd);
 void pl_service_unlink(pl_service_t *service);
 /* Closes the listening socket, unlinks the name, drops the lock (the transport thread). */
 void pl_service_withdraw(pl_service_t *service);
+/* Closes the listening socket and the lock file, if open (async-signal-safe: for the fork child handler too). */
+void pl_service_close_descriptors(pl_service_t *service);
 
 /* ---- out-of-line payloads (pl_ool.c) ---- */
 

@@ -134,18 +134,18 @@ static pl_status_t pl_activation_check(int fd) {
     return PL_OK;
 }
 
-/* How long a check-in waits for this process's own withdrawals before it calls a held name in use. */
-#define PL_WITHDRAW_WAIT_NS 2000000000LL
-/* Then how long it keeps trying: a child this process forked a moment ago holds a copy of a withdrawn service's lock
- * until its fork handler closes it. */
-#define PL_FORK_COPY_WAIT_NS 50000000LL
-
 /* ---- check-in ---------------------------------------------------------------------------------------- */
+
+void pl_service_close_descriptors(pl_service_t *service) {
+    if (service->listen_fd >= 0) close(service->listen_fd);
+    service->listen_fd = -1;
+    if (service->lock_fd >= 0) close(service->lock_fd);
+    service->lock_fd = -1;
+}
 
 void pl_service_release(pl_service_t *service) {
     if (atomic_fetch_sub_explicit(&service->refs, 1, memory_order_acq_rel) != 1) return;
-    if (service->listen_fd >= 0) close(service->listen_fd);
-    if (service->lock_fd >= 0) close(service->lock_fd);
+    pl_service_close_descriptors(service);
     if (service->port != NULL) pl_port_release_internal(service->port);
     free(service->path);
     free(service->lock_path);
@@ -162,10 +162,21 @@ void pl_service_withdraw(pl_service_t *service) {
     service->withdrawn = true;
     /* The name goes before the lock does, so that the next holder never finds our socket. */
     pl_service_unlink(service);
-    if (service->listen_fd >= 0) close(service->listen_fd);
-    service->listen_fd = -1;
-    if (service->lock_fd >= 0) close(service->lock_fd);
-    service->lock_fd = -1;
+    pl_service_close_descriptors(service);
+}
+
+/* Opens the service's lock file, or its listening socket, and stores the descriptor while fork() waits: the child's
+ * handler closes the descriptors of opening services, and must not miss one made just before the fork. */
+static pl_status_t pl_open_descriptor(pl_service_t *service, bool listener) {
+    pl_transport_hold_fork();
+    int fd = listener ? socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)
+                      : open(service->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int saved = errno;
+    if (listener) service->listen_fd = fd;
+    else service->lock_fd = fd;
+    pl_transport_release_fork();
+    errno = saved;
+    return fd >= 0 ? PL_OK : pl_system_failure(listener ? "socket" : "open");
 }
 
 /* Takes the name's lock and listens on a fresh socket. */
@@ -178,36 +189,22 @@ static pl_status_t pl_listen_on_name(const char *directory, const char *name, pl
     if (service->lock_path == NULL || service->path == NULL) return PL_ERR_NO_MEMORY;
     snprintf(service->lock_path, lock_size, "%s/.%s.lock", directory, name);
 
-    pl_transport_hold_fork();
-    service->lock_fd = open(service->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    int saved = errno;
-    pl_transport_release_fork();
-    errno = saved;
-    if (service->lock_fd < 0) return pl_system_failure("open");
-    int64_t give_up = 0; /* set once this process's withdrawals are done */
+    pl_status_t status = pl_open_descriptor(service, false);
+    if (status != PL_OK) return status;
+    pl_lock_wait_t wait = { 0 };
     while (flock(service->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         if (errno == EINTR) continue;
         if (errno != EWOULDBLOCK) return pl_system_failure("flock");
-        /* The holder may be this process, withdrawing the name: the name goes with the service's port at once,
-         * the lock a moment later, when the transport closes it. Once the withdrawals this process had begun are
-         * done, the lock is free, held by a live service, or, for a moment, by a child forked just before. */
-        if (give_up == 0) {
-            if (!pl_transport_settle_withdrawals(PL_WITHDRAW_WAIT_NS)) return PL_ERR_NAME_IN_USE;
-            give_up = pl_now_ns() + PL_FORK_COPY_WAIT_NS;
-            continue;
-        }
-        if (pl_now_ns() >= give_up) return PL_ERR_NAME_IN_USE;
+        /* The holder may be this process, withdrawing the name (the name goes with the service's port at once, the
+         * lock a moment later, when the transport closes it), or a child it forked a moment ago, not yet through
+         * its fork handler. Otherwise the name is another live service's. */
+        if (!pl_transport_lock_may_be_ours(&wait)) return PL_ERR_NAME_IN_USE;
         struct timespec pause = { .tv_sec = 0, .tv_nsec = 1000000 };
         nanosleep(&pause, NULL);
     }
     /* The lock is ours: whatever socket is there was left by a process that is gone. */
     if (unlink(address.sun_path) != 0 && errno != ENOENT) return pl_system_failure("unlink");
-    pl_transport_hold_fork();
-    service->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    saved = errno;
-    pl_transport_release_fork();
-    errno = saved;
-    if (service->listen_fd < 0) return pl_system_failure("socket");
+    if ((status = pl_open_descriptor(service, true)) != PL_OK) return status;
     if (bind(service->listen_fd, (struct sockaddr *)&address, sizeof address) != 0) return pl_system_failure("bind");
     if (listen(service->listen_fd, 128) != 0) return pl_system_failure("listen");
     return PL_OK;
@@ -235,20 +232,9 @@ pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port
         status = pl_listen_on_name(directory, name, service);
     }
     if (status == PL_OK) {
-        pthread_mutex_lock(&port->lock);
-        if (port->dead || port->service != NULL) status = PL_ERR_INVALID_ARG;
-        else port->service = service;
-        pthread_mutex_unlock(&port->lock);
-    }
-    if (status == PL_OK) {
         service->port = port;
         pl_port_retain_internal(port);
-        status = pl_transport_add_service(service);
-        if (status != PL_OK) {
-            pthread_mutex_lock(&port->lock);
-            port->service = NULL;
-            pthread_mutex_unlock(&port->lock);
-        }
+        status = pl_transport_add_service(service); /* where the port learns of it: nothing to undo if refused */
     }
     if (status != PL_OK) {
         int saved = errno;

@@ -75,8 +75,21 @@ static pl_conn_t *pl_resting;
 static atomic_uint_fast64_t pl_rests; /* rests begun since the process started */
 /* Withdrawals begun and done, counted since the process started. A destroyed service's name goes at once, but its
  * lock only when the transport closes it a moment later: a check-in of the same name from this process in that
- * moment would find the lock held, and waits for the withdrawals begun before it (pl_transport_settle_withdrawals). */
+ * moment would find the lock held, and waits for the withdrawals begun before it (pl_transport_lock_may_be_ours). */
 static atomic_uint_fast64_t pl_withdrawals_begun, pl_withdrawals_done;
+/* When this process last forked (pl_now_ns; 0: never). A child holds copies of the services' locks from the fork
+ * until its handler closes them, and a check-in meanwhile finds the name held. */
+static atomic_int_fast64_t pl_last_fork_ns;
+/* Held while a check-in makes a service's descriptor and stores it, and by fork(): a child never has a descriptor its
+ * handler cannot see. Apart from T.lock, so that a slow open() stalls only forks and other check-ins. */
+static pthread_mutex_t pl_fork_gate = PTHREAD_MUTEX_INITIALIZER;
+
+/* Connections ended and services withdrawn during a batch of events, freed after it (the transport thread's). */
+static pl_conn_t *pl_graveyard;
+static pl_service_t *pl_withdrawn;
+/* Services whose listening socket is out of the epoll while descriptors are short (accept said EMFILE). */
+static pl_service_t *pl_paused[64];
+static uint32_t pl_paused_count;
 
 uint64_t pl_remote_transport_rests(void) { return atomic_load_explicit(&pl_rests, memory_order_relaxed); }
 
@@ -85,8 +98,15 @@ uint64_t pl_remote_transport_rests(void) { return atomic_load_explicit(&pl_rests
  * nothing in the parent. The child therefore forgets the parent's transport (its copies of the descriptors
  * closed, its connections and services left alone: they are the parent's) and starts its own when it first
  * needs one. Connections and rights inherited from the parent are not usable in the child. */
-static void pl_transport_before_fork(void) { pthread_mutex_lock(&T.lock); }
-static void pl_transport_after_fork_parent(void) { pthread_mutex_unlock(&T.lock); }
+static void pl_transport_before_fork(void) {
+    pthread_mutex_lock(&pl_fork_gate);
+    pthread_mutex_lock(&T.lock);
+}
+static void pl_transport_after_fork_parent(void) {
+    atomic_store_explicit(&pl_last_fork_ns, pl_now_ns(), memory_order_release);
+    pthread_mutex_unlock(&T.lock);
+    pthread_mutex_unlock(&pl_fork_gate);
+}
 static void pl_transport_after_fork_child(void) {
     if (T.started) {
         close(T.epoll_fd);
@@ -94,15 +114,13 @@ static void pl_transport_after_fork_child(void) {
         for (pl_conn_t *conn = T.conns; conn != NULL; conn = conn->next) {
             conn->dead = true; /* its locks may be held by threads that do not exist here: nothing is taken */
             if (conn->fd >= 0) close(conn->fd);
-            conn->fd = -1;
+            if (conn->out_fd >= 0) close(conn->out_fd);
+            conn->fd = conn->out_fd = -1;
             pl_ring_forget_in_child(conn->ring);
         }
         for (int list = 0; list < 2; list++) {
             for (pl_service_t *service = list == 0 ? T.services : T.opening; service != NULL; service = service->next) {
-                if (service->listen_fd >= 0) close(service->listen_fd);
-                service->listen_fd = -1;
-                if (service->lock_fd >= 0) close(service->lock_fd);
-                service->lock_fd = -1;
+                pl_service_close_descriptors(service);
                 service->withdrawn = true;
                 service->path = NULL; /* the parent's name: never unlinked from here (leaked, as the copy is) */
             }
@@ -118,8 +136,14 @@ static void pl_transport_after_fork_child(void) {
     T.services = NULL;
     T.opening = NULL; /* the check-ins of threads that do not exist here (leaked, as the copies are) */
     T.connection_count = 0;
-    pl_resting = NULL; /* the parent's (their references leaked in the child, as the connections are) */
+    /* The transport thread's own lists: the parent's (their references leaked in the child, as the connections
+     * and services are). */
+    pl_resting = NULL;
+    pl_graveyard = NULL;
+    pl_withdrawn = NULL;
+    pl_paused_count = 0;
     pthread_mutex_unlock(&T.lock);
+    pthread_mutex_unlock(&pl_fork_gate);
 }
 
 /* A message whose send returned may still wait in its connection's outgoing queue: packed with others while its
@@ -259,16 +283,22 @@ void pl_transport_port_destroyed(pl_port_t *port) {
     }
 }
 
-bool pl_transport_settle_withdrawals(int64_t timeout_ns) {
-    /* Commands run in order: once as many are done as had begun, those that had begun are done. */
-    uint64_t begun = atomic_load_explicit(&pl_withdrawals_begun, memory_order_seq_cst);
-    int64_t deadline = pl_now_ns() + timeout_ns;
-    while (atomic_load_explicit(&pl_withdrawals_done, memory_order_acquire) < begun) {
-        if (pl_now_ns() >= deadline) return false;
-        struct timespec pause = { .tv_sec = 0, .tv_nsec = 1000000 };
-        nanosleep(&pause, NULL);
+/* How long a check-in waits for this process's own withdrawals before it calls a held name in use. */
+#define PL_WITHDRAW_WAIT_NS 2000000000LL
+/* How long after a fork() a check-in waits for the child's copy of a lock to close (its fork handler's first work). */
+#define PL_FORK_COPY_WAIT_NS 50000000LL
+
+bool pl_transport_lock_may_be_ours(pl_lock_wait_t *wait) {
+    int64_t now = pl_now_ns();
+    if (wait->since == 0) {
+        wait->since = now;
+        wait->withdrawals = atomic_load_explicit(&pl_withdrawals_begun, memory_order_seq_cst);
     }
-    return true;
+    /* Commands run in order: once as many are done as had begun, those that had begun are done. */
+    bool withdrawing = atomic_load_explicit(&pl_withdrawals_done, memory_order_acquire) < wait->withdrawals &&
+                       now - wait->since < PL_WITHDRAW_WAIT_NS;
+    int64_t forked = atomic_load_explicit(&pl_last_fork_ns, memory_order_acquire);
+    return withdrawing || (forked != 0 && now - forked < PL_FORK_COPY_WAIT_NS);
 }
 void pl_transport_reclaim(pl_port_t *port) { pl_remote_reclaim(port); }
 
@@ -334,12 +364,14 @@ pl_status_t pl_transport_add_conn(pl_conn_t *conn) {
     return PL_OK;
 }
 
-/* Takes `service` off T.opening, if it is there (T.lock held). */
-static void pl_opening_unlink_locked(pl_service_t *service) {
-    pl_service_t **link = &T.opening;
+/* Takes `service` off a list of T's, if it is there (T.lock held): whether it was. */
+static bool pl_service_list_remove(pl_service_t **head, pl_service_t *service) {
+    pl_service_t **link = head;
     while (*link != NULL && *link != service) link = &(*link)->next;
-    if (*link != NULL) *link = service->next;
+    if (*link == NULL) return false;
+    *link = service->next;
     service->next = NULL;
+    return true;
 }
 
 void pl_transport_opening_add(pl_service_t *service) {
@@ -351,31 +383,38 @@ void pl_transport_opening_add(pl_service_t *service) {
 
 void pl_transport_opening_drop(pl_service_t *service) {
     pthread_mutex_lock(&T.lock);
-    pl_opening_unlink_locked(service);
-    if (service->listen_fd >= 0) close(service->listen_fd);
-    service->listen_fd = -1;
-    if (service->lock_fd >= 0) close(service->lock_fd);
-    service->lock_fd = -1;
+    pl_service_list_remove(&T.opening, service);
+    pl_service_close_descriptors(service);
     pthread_mutex_unlock(&T.lock);
 }
 
-void pl_transport_hold_fork(void) { pthread_mutex_lock(&T.lock); }
-void pl_transport_release_fork(void) { pthread_mutex_unlock(&T.lock); }
+void pl_transport_hold_fork(void) { pthread_mutex_lock(&pl_fork_gate); }
+void pl_transport_release_fork(void) { pthread_mutex_unlock(&pl_fork_gate); }
 
 pl_status_t pl_transport_add_service(pl_service_t *service) {
+    pl_port_t *port = service->port;
     struct epoll_event event = { .events = EPOLLIN, .data.u64 = (uint64_t)(uintptr_t)service | PL_TAG_SERVICE };
+    pl_status_t status = PL_OK;
+    /* The port learns of its service in the same hold of T.lock that lists it: a destruction of the port that sees
+     * the service finds it among T.services when its withdrawal runs (the transport takes T.lock for that). */
     pthread_mutex_lock(&T.lock);
-    if (epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, service->listen_fd, &event) != 0) {
-        pl_status_t status = pl_system_failure("epoll_ctl");
-        pthread_mutex_unlock(&T.lock);
-        return status;
+    pthread_mutex_lock(&port->lock);
+    if (port->dead || port->service != NULL) {
+        status = PL_ERR_INVALID_ARG;
+    } else if (epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, service->listen_fd, &event) != 0) {
+        status = pl_system_failure("epoll_ctl");
+    } else {
+        port->service = service;
+        atomic_fetch_add_explicit(&service->refs, 1, memory_order_relaxed);
+        pl_service_list_remove(&T.opening, service);
+        service->next = T.services;
+        T.services = service;
     }
-    atomic_fetch_add_explicit(&service->refs, 1, memory_order_relaxed);
-    pl_opening_unlink_locked(service);
-    service->next = T.services;
-    T.services = service;
+    int saved = errno;
+    pthread_mutex_unlock(&port->lock);
     pthread_mutex_unlock(&T.lock);
-    return PL_OK;
+    errno = saved;
+    return status;
 }
 
 /* Room to write is watched on a duplicate of the socket: an exclusive watch cannot be modified (EPOLL_CTL_MOD),
@@ -426,13 +465,6 @@ void pl_remote_stats(uint32_t *out_connections, uint32_t *out_exports, uint32_t 
 }
 
 /* ---- ending connections ----------------------------------------------------------------------------- */
-
-/* Connections ended and services withdrawn during a batch of events, freed after it. */
-static pl_conn_t *pl_graveyard;
-static pl_service_t *pl_withdrawn;
-/* Services whose listening socket is out of the epoll while descriptors are short (accept said EMFILE). */
-static pl_service_t *pl_paused[64];
-static uint32_t pl_paused_count;
 
 static void pl_transport_end(pl_conn_t *conn, const char *why) {
     pthread_mutex_lock(&T.lock);
@@ -635,16 +667,19 @@ static void pl_run_commands(void) {
             pthread_mutex_unlock(&port->lock);
             if (service != NULL) {
                 /* Closed in the same hold of T.lock that takes it off the list: a fork() meanwhile would leave the
-                 * child holding the descriptors of a service its handler no longer sees (and the lock with them). */
+                 * child holding the descriptors of a service its handler no longer sees (and the lock with them).
+                 * Not listed: a service of the parent's, in a child of fork() (left alone, as the copy is). */
                 pthread_mutex_lock(&T.lock);
-                pl_service_t **link = &T.services;
-                while (*link != NULL && *link != service) link = &(*link)->next;
-                if (*link != NULL) *link = service->next;
-                epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, service->listen_fd, NULL);
-                pl_service_withdraw(service);
+                bool listed = pl_service_list_remove(&T.services, service);
+                if (listed) {
+                    epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, service->listen_fd, NULL);
+                    pl_service_withdraw(service);
+                }
                 pthread_mutex_unlock(&T.lock);
-                service->next = pl_withdrawn;
-                pl_withdrawn = service;
+                if (listed) {
+                    service->next = pl_withdrawn;
+                    pl_withdrawn = service;
+                }
             }
             atomic_fetch_add_explicit(&pl_withdrawals_done, 1, memory_order_release);
             break;

@@ -88,8 +88,8 @@ public struct PortNamespace: Sendable, Hashable, CustomStringConvertible {
     /// Checks in `name` and returns the receive right of its new port (`bootstrap_check_in`). The service lives
     /// as long as the port: destroying the receive right withdraws the name, and every process's right to it
     /// becomes a dead name. The name goes at once, its lock a moment later on the transport thread; a check-in of
-    /// the same name from this process waits for that (up to 2 seconds), and for a child forked a moment before to
-    /// let go of its copy of the lock (50 ms at most), rather than finding the name in use. When the process was
+    /// the same name from this process waits for that (up to 2 seconds), and, in the first 50 ms after a `fork()`,
+    /// for the child to let go of its copy of the lock, rather than finding the name in use. When the process was
     /// started by systemd socket activation with a socket named `name`, that socket is adopted.
     ///
     /// - Parameters:
