@@ -349,10 +349,10 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why) {
     conn->out_bytes = 0;
     conn->out_control_bytes = 0;
     atomic_store_explicit(&conn->backlogged, false, memory_order_release);
-    int fd = conn->fd, out_fd = conn->out_fd;
-    conn->fd = conn->out_fd = -1;
+    /* Each closed as it is forgotten, while fork() waits: a child's handler closes the descriptors it finds. */
+    pl_transport_close_descriptor(&conn->out_fd);
+    pl_transport_close_descriptor(&conn->fd);
     pthread_mutex_unlock(&conn->write_lock);
-    if (out_fd >= 0) close(out_fd);
     pthread_cond_broadcast(&conn->writable);
     while (frames != NULL) {
         pl_out_frame_t *next = frames->next;
@@ -360,7 +360,6 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why) {
         free(frames);
         frames = next;
     }
-    if (fd >= 0) close(fd);
     pl_conn_ring_teardown(conn);
 
     /* Take the tables out under the lock; deal with their entries after it. */

@@ -166,6 +166,7 @@ struct pl_conn {
     pthread_mutex_t feeds_lock;
     struct pl_feed *feeds;    /* the sets this connection feeds (each a reference) */
     bool accepted;            /* the service's side */
+    bool ending;              /* being ended: still among the transport's until its socket is closed (T.lock) */
     pl_sender_t peer;         /* credentials read when the connection was made */
 
     pthread_mutex_t write_lock;
@@ -431,17 +432,40 @@ void pl_remote_port_destroyed(pl_port_t *port);
 /* ---- the transport thread (pl_transport.c) ---- */
 
 pl_status_t pl_transport_start(void);                 /* idempotent; PL_ERR_SYSTEM when it cannot start */
-pl_status_t pl_transport_add_conn(pl_conn_t *conn);  /* watch a new connection (takes a reference) */
+/* A connection's socket being made (by a look-up, or accepted), not yet the transport's: a child of fork() closes
+ * it. Listed (on the maker's stack) from pl_transport_pending_add, before the socket is made, until
+ * pl_transport_add_conn takes the connection or pl_transport_pending_drop closes the socket. */
+typedef struct pl_pending_socket {
+    int fd;                   /* -1 until made (stored while fork() waits: PL_WHILE_FORK_WAITS) */
+    struct pl_pending_socket *next;
+} pl_pending_socket_t;
+void pl_transport_pending_add(pl_pending_socket_t *pending);
+void pl_transport_pending_drop(pl_pending_socket_t *pending); /* errno kept */
+/* Watches a new connection (takes a reference); its socket stops being pending in the same hold of the lock fork()
+ * waits for. On failure the socket stays pending (and open): the caller drops it, with conn->fd set to -1 first. */
+pl_status_t pl_transport_add_conn(pl_conn_t *conn, pl_pending_socket_t *pending);
 /* Lists the service as opening (before its check-in opens a descriptor): a child of fork() closes its descriptors
  * too, as it closes those of the services the transport watches. pl_transport_add_service takes it off the list;
  * a check-in that gives up calls pl_transport_opening_drop, which closes its descriptors in the same hold of the
  * lock fork() waits for. */
 void pl_transport_opening_add(pl_service_t *service);
 void pl_transport_opening_drop(pl_service_t *service);
-/* Around the system call that makes an opening service's descriptor and the store of it: fork() waits meanwhile,
- * so that a child never has a descriptor its handler cannot see. Nothing else may be called in between. */
+/* Around the system call that makes an opening service's or a pending socket's descriptor and the store of it:
+ * fork() waits meanwhile, so that a child never has a descriptor its handler cannot see. */
 void pl_transport_hold_fork(void);
 void pl_transport_release_fork(void);
+/* Closes *slot, if open, and sets it to -1, while fork() waits (errno kept). */
+void pl_transport_close_descriptor(int *slot);
+/* `*slot = make`, where `make` is a system call that returns a new descriptor (or -1, errno set), while fork()
+ * waits. errno is kept. The hold is a leaf: nothing else is taken in it. */
+#define PL_WHILE_FORK_WAITS(slot, make)            \
+    do {                                           \
+        pl_transport_hold_fork();                  \
+        int pl_made_ = (make), pl_errno_ = errno;  \
+        *(slot) = pl_made_;                        \
+        pl_transport_release_fork();               \
+        errno = pl_errno_;                         \
+    } while (0)
 /* Publishes an opening service as service->port's (taken off the opening list, watched, given a reference):
  * PL_ERR_INVALID_ARG if that port is dead or has a service already, PL_ERR_SYSTEM (errno kept) if epoll refuses. */
 pl_status_t pl_transport_add_service(pl_service_t *service);
@@ -501,8 +525,9 @@ struct pl_service {
 };
 
 void pl_service_release(pl_service_t *service);
-/* The transport thread accepted `fd` on the service: check the peer, start the connection. */
-void pl_service_accepted(pl_service_t *service, int fd);
+/* The transport thread accepted a socket on the service (pending: see pl_transport_pending_add): check the peer,
+ * start the connection. */
+void pl_service_accepted(pl_service_t *service, pl_pending_socket_t *pending);
 /* Unlinks the service's socket (once; any thread, while the service holds its lock). */
 void pl_service_unlink(pl_service_t *service);
 /* Closes the listening socket, unlinks the name, drops the lock (the transport thread). */

@@ -165,19 +165,6 @@ void pl_service_withdraw(pl_service_t *service) {
     pl_service_close_descriptors(service);
 }
 
-/* Opens the service's lock file, or its listening socket, and stores the descriptor while fork() waits: the child's
- * handler closes the descriptors of opening services, and must not miss one made just before the fork. */
-static pl_status_t pl_open_descriptor(pl_service_t *service, bool listener) {
-    pl_transport_hold_fork();
-    int fd = listener ? socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0)
-                      : open(service->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    int saved = errno;
-    if (listener) service->listen_fd = fd;
-    else service->lock_fd = fd;
-    pl_transport_release_fork();
-    errno = saved;
-    return fd >= 0 ? PL_OK : pl_system_failure(listener ? "socket" : "open");
-}
 
 /* Takes the name's lock and listens on a fresh socket. */
 static pl_status_t pl_listen_on_name(const char *directory, const char *name, pl_service_t *service) {
@@ -189,8 +176,9 @@ static pl_status_t pl_listen_on_name(const char *directory, const char *name, pl
     if (service->lock_path == NULL || service->path == NULL) return PL_ERR_NO_MEMORY;
     snprintf(service->lock_path, lock_size, "%s/.%s.lock", directory, name);
 
-    pl_status_t status = pl_open_descriptor(service, false);
-    if (status != PL_OK) return status;
+    /* Made while fork() waits: a child's handler closes an opening service's descriptors, and must not miss one. */
+    PL_WHILE_FORK_WAITS(&service->lock_fd, open(service->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (service->lock_fd < 0) return pl_system_failure("open");
     pl_lock_wait_t wait = { 0 };
     while (flock(service->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         if (errno == EINTR) continue;
@@ -204,7 +192,8 @@ static pl_status_t pl_listen_on_name(const char *directory, const char *name, pl
     }
     /* The lock is ours: whatever socket is there was left by a process that is gone. */
     if (unlink(address.sun_path) != 0 && errno != ENOENT) return pl_system_failure("unlink");
-    if ((status = pl_open_descriptor(service, true)) != PL_OK) return status;
+    PL_WHILE_FORK_WAITS(&service->listen_fd, socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (service->listen_fd < 0) return pl_system_failure("socket");
     if (bind(service->listen_fd, (struct sockaddr *)&address, sizeof address) != 0) return pl_system_failure("bind");
     if (listen(service->listen_fd, 128) != 0) return pl_system_failure("listen");
     return PL_OK;
@@ -248,22 +237,20 @@ pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port
 
 /* ---- admitting a peer -------------------------------------------------------------------------------- */
 
-void pl_service_accepted(pl_service_t *service, int fd) {
+void pl_service_accepted(pl_service_t *service, pl_pending_socket_t *pending) {
     pl_sender_t peer;
-    if (pl_identity_of_peer(fd, &peer) != PL_OK) {
-        close(fd);
-        return;
-    }
-    pl_conn_t *conn = pl_conn_new(fd, true);
-    if (conn == NULL) {
-        close(fd);
+    pl_conn_t *conn = NULL;
+    if (pl_identity_of_peer(pending->fd, &peer) != PL_OK || (conn = pl_conn_new(pending->fd, true)) == NULL) {
+        pl_transport_pending_drop(pending);
         return;
     }
     conn->peer = peer;
     conn->service = service;
     atomic_fetch_add_explicit(&service->refs, 1, memory_order_relaxed);
-    if (pl_transport_add_conn(conn) != PL_OK) {
+    if (pl_transport_add_conn(conn, pending) != PL_OK) {
+        conn->fd = -1; /* the pending socket's, closed with it */
         pl_conn_teardown(conn, "could not watch the connection");
+        pl_transport_pending_drop(pending);
         pl_service_release(service);
         conn->service = NULL;
         pl_conn_release(conn);
@@ -303,8 +290,10 @@ static pl_port_t *pl_bootstrap_right_locked(pl_conn_t *conn) {
     return proxy;
 }
 
-static pl_status_t pl_connect(const struct sockaddr_un *address, int64_t deadline, int *out_fd) {
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+/* Connects the pending socket (made here) to the address; the caller drops it on failure. */
+static pl_status_t pl_connect(const struct sockaddr_un *address, int64_t deadline, pl_pending_socket_t *pending) {
+    PL_WHILE_FORK_WAITS(&pending->fd, socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    int fd = pending->fd;
     if (fd < 0) return pl_system_failure("socket");
     /* The service's hello will say who it is, in the kernel's words (see pl_cmsg.c). */
     pl_cmsg_ask_credentials(fd, true);
@@ -318,14 +307,12 @@ static pl_status_t pl_connect(const struct sockaddr_un *address, int64_t deadlin
             nanosleep(&pause, NULL);
             continue;
         }
-        close(fd);
         if (error == ENOENT || error == ECONNREFUSED || error == ENOTDIR) return PL_ERR_UNKNOWN_SERVICE;
         if (error == EACCES || error == EPERM) return PL_ERR_REFUSED;
         if (error == EAGAIN) return PL_ERR_TIMED_OUT;
         errno = error;
         return pl_system_failure("connect");
     }
-    *out_fd = fd;
     return PL_OK;
 }
 
@@ -350,17 +337,16 @@ pl_status_t pl_service_look_up(const char *directory, const char *name, int64_t 
     }
 
     int64_t deadline = pl_deadline_ns(timeout_ns);
-    int fd = -1;
-    if ((status = pl_connect(&address, deadline, &fd)) != PL_OK) return status;
+    pl_pending_socket_t pending;
+    pl_transport_pending_add(&pending);
     pl_sender_t peer;
     conn = NULL;
-    if ((status = pl_identity_of_peer(fd, &peer)) != PL_OK || (conn = pl_conn_new(fd, false)) == NULL ||
+    if ((status = pl_connect(&address, deadline, &pending)) != PL_OK ||
+        (status = pl_identity_of_peer(pending.fd, &peer)) != PL_OK || (conn = pl_conn_new(pending.fd, false)) == NULL ||
         (conn->lookup_key = strdup(address.sun_path)) == NULL) {
         if (status == PL_OK) status = PL_ERR_NO_MEMORY;
-        int saved = errno;
         if (conn != NULL) pl_conn_release(conn);
-        close(fd);
-        errno = saved;
+        pl_transport_pending_drop(&pending);
         return status;
     }
     conn->peer = peer;
@@ -368,12 +354,10 @@ pl_status_t pl_service_look_up(const char *directory, const char *name, int64_t 
      * thread's look-up that finds the connection welcomed then sends on it, which must not overtake our hello (the
      * service ends a connection whose first frame is not a hello). The socket is new: the frame fits. */
     pl_conn_write_hello(conn, PL_HELLO_WELCOME, (pl_wire_right_t){ 0 });
-    if ((status = pl_transport_add_conn(conn)) != PL_OK) {
-        int saved = errno;
-        conn->fd = -1;
+    if ((status = pl_transport_add_conn(conn, &pending)) != PL_OK) {
+        conn->fd = -1; /* the pending socket's, closed with it */
         pl_conn_release(conn);
-        close(fd);
-        errno = saved;
+        pl_transport_pending_drop(&pending);
         return status;
     }
 

@@ -65,6 +65,7 @@ static struct {
     pl_conn_t *conns;
     pl_service_t *services;
     pl_service_t *opening;    /* services being checked in, not yet in `services` (pl_transport_opening_add) */
+    pl_pending_socket_t *pending; /* connections' sockets being made, not yet in `conns` (pl_transport_pending_add) */
     uint32_t connection_count;
 } T = { .lock = PTHREAD_MUTEX_INITIALIZER, .epoll_fd = -1, .wake_fd = -1 };
 
@@ -80,8 +81,9 @@ static atomic_uint_fast64_t pl_withdrawals_begun, pl_withdrawals_done;
 /* When this process last forked (pl_now_ns; 0: never). A child holds copies of the services' locks from the fork
  * until its handler closes them, and a check-in meanwhile finds the name held. */
 static atomic_int_fast64_t pl_last_fork_ns;
-/* Held while a check-in makes a service's descriptor and stores it, and by fork(): a child never has a descriptor its
- * handler cannot see. Apart from T.lock, so that a slow open() stalls only forks and other check-ins. */
+/* Held while a descriptor of a service or a connection is made and stored, or closed and forgotten, and by fork()
+ * (after T.lock): a child never has a descriptor its handler cannot see. A leaf: nothing else is taken in it. Apart
+ * from T.lock, so that a slow open() of a lock file stalls only forks and other check-ins. */
 static pthread_mutex_t pl_fork_gate = PTHREAD_MUTEX_INITIALIZER;
 
 /* Connections ended and services withdrawn during a batch of events, freed after it (the transport thread's). */
@@ -99,13 +101,13 @@ uint64_t pl_remote_transport_rests(void) { return atomic_load_explicit(&pl_rests
  * closed, its connections and services left alone: they are the parent's) and starts its own when it first
  * needs one. Connections and rights inherited from the parent are not usable in the child. */
 static void pl_transport_before_fork(void) {
-    pthread_mutex_lock(&pl_fork_gate);
     pthread_mutex_lock(&T.lock);
+    pthread_mutex_lock(&pl_fork_gate);
 }
 static void pl_transport_after_fork_parent(void) {
     atomic_store_explicit(&pl_last_fork_ns, pl_now_ns(), memory_order_release);
-    pthread_mutex_unlock(&T.lock);
     pthread_mutex_unlock(&pl_fork_gate);
+    pthread_mutex_unlock(&T.lock);
 }
 static void pl_transport_after_fork_child(void) {
     if (T.started) {
@@ -126,6 +128,13 @@ static void pl_transport_after_fork_child(void) {
             }
         }
     }
+    /* Made by threads that do not exist here (their stacks are copied too). A look-up can make one before its
+     * process's transport starts. */
+    for (pl_pending_socket_t *pending = T.pending; pending != NULL; pending = pending->next) {
+        if (pending->fd >= 0) close(pending->fd);
+        pending->fd = -1;
+    }
+    T.pending = NULL;
     T.started = false;
     T.epoll_fd = T.wake_fd = -1;
     T.head = T.tail = NULL; /* the parent's commands (leaked in the child) */
@@ -142,8 +151,8 @@ static void pl_transport_after_fork_child(void) {
     pl_graveyard = NULL;
     pl_withdrawn = NULL;
     pl_paused_count = 0;
-    pthread_mutex_unlock(&T.lock);
     pthread_mutex_unlock(&pl_fork_gate);
+    pthread_mutex_unlock(&T.lock);
 }
 
 /* A message whose send returned may still wait in its connection's outgoing queue: packed with others while its
@@ -153,7 +162,9 @@ static void pl_transport_after_fork_child(void) {
 static void pl_transport_flush_at_exit(void) {
     int64_t deadline = pl_now_ns() + PL_EXIT_FLUSH_NS;
     pthread_mutex_lock(&T.lock);
-    for (pl_conn_t *conn = T.conns; conn != NULL; conn = conn->next) pl_conn_flush_before_exit(conn, deadline);
+    for (pl_conn_t *conn = T.conns; conn != NULL; conn = conn->next) {
+        if (!conn->ending) pl_conn_flush_before_exit(conn, deadline);
+    }
     pthread_mutex_unlock(&T.lock);
 }
 
@@ -348,14 +359,44 @@ static void pl_unwatch_locked(pl_conn_t *conn) {
 
 void pl_transport_rewatch(pl_conn_t *conn) { (void)pl_watch_at_back(conn); }
 
-pl_status_t pl_transport_add_conn(pl_conn_t *conn) {
+/* Takes `pending` off T.pending (T.lock held). */
+static void pl_pending_remove_locked(pl_pending_socket_t *pending) {
+    pl_pending_socket_t **link = &T.pending;
+    while (*link != NULL && *link != pending) link = &(*link)->next;
+    if (*link != NULL) *link = pending->next;
+    pending->next = NULL;
+}
+
+void pl_transport_pending_add(pl_pending_socket_t *pending) {
+    pending->fd = -1;
+    pthread_mutex_lock(&T.lock);
+    pending->next = T.pending;
+    T.pending = pending;
+    pthread_mutex_unlock(&T.lock);
+}
+
+void pl_transport_pending_drop(pl_pending_socket_t *pending) {
+    int saved = errno;
+    pthread_mutex_lock(&T.lock);
+    pl_pending_remove_locked(pending);
+    if (pending->fd >= 0) close(pending->fd);
+    pending->fd = -1;
+    pthread_mutex_unlock(&T.lock);
+    errno = saved;
+}
+
+pl_status_t pl_transport_add_conn(pl_conn_t *conn, pl_pending_socket_t *pending) {
     struct epoll_event event = pl_conn_watch(conn);
     pthread_mutex_lock(&T.lock);
     if (epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, conn->fd, &event) != 0) {
         pl_status_t status = pl_system_failure("epoll_ctl");
+        int saved = errno;
         pthread_mutex_unlock(&T.lock);
+        errno = saved;
         return status;
     }
+    pl_pending_remove_locked(pending);
+    pending->fd = -1; /* the connection's now */
     pl_conn_retain(conn);
     conn->next = T.conns;
     T.conns = conn;
@@ -390,6 +431,14 @@ void pl_transport_opening_drop(pl_service_t *service) {
 
 void pl_transport_hold_fork(void) { pthread_mutex_lock(&pl_fork_gate); }
 void pl_transport_release_fork(void) { pthread_mutex_unlock(&pl_fork_gate); }
+void pl_transport_close_descriptor(int *slot) {
+    int saved = errno;
+    pthread_mutex_lock(&pl_fork_gate);
+    if (*slot >= 0) close(*slot);
+    *slot = -1;
+    pthread_mutex_unlock(&pl_fork_gate);
+    errno = saved;
+}
 
 pl_status_t pl_transport_add_service(pl_service_t *service) {
     pl_port_t *port = service->port;
@@ -421,12 +470,11 @@ pl_status_t pl_transport_add_service(pl_service_t *service) {
  * and a second watch of the same descriptor is refused. write_lock held: the descriptor is open. */
 void pl_transport_want_writable(pl_conn_t *conn) {
     if (T.epoll_fd < 0 || conn->out_fd >= 0) return;
-    conn->out_fd = fcntl(conn->fd, F_DUPFD_CLOEXEC, 0);
+    PL_WHILE_FORK_WAITS(&conn->out_fd, fcntl(conn->fd, F_DUPFD_CLOEXEC, 0));
     struct epoll_event event = { .events = EPOLLOUT, .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN_OUT };
     if (conn->out_fd < 0 || epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, conn->out_fd, &event) != 0) {
         /* No descriptor to watch with: the transport looks again at its next wake-up (a second at most). */
-        if (conn->out_fd >= 0) close(conn->out_fd);
-        conn->out_fd = -1;
+        pl_transport_close_descriptor(&conn->out_fd);
         pl_transport_read(conn);
     }
 }
@@ -435,8 +483,7 @@ static void pl_transport_writable_done(pl_conn_t *conn) {
     pthread_mutex_lock(&conn->write_lock);
     if (conn->out_fd >= 0 && !conn->want_writable) {
         epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, conn->out_fd, NULL);
-        close(conn->out_fd);
-        conn->out_fd = -1;
+        pl_transport_close_descriptor(&conn->out_fd);
     }
     pthread_mutex_unlock(&conn->write_lock);
 }
@@ -445,7 +492,7 @@ pl_conn_t *pl_transport_find_client(const char *key) {
     pthread_mutex_lock(&T.lock);
     pl_conn_t *found = NULL;
     for (pl_conn_t *conn = T.conns; conn != NULL; conn = conn->next) {
-        if (!conn->accepted && conn->lookup_key != NULL && strcmp(conn->lookup_key, key) == 0) {
+        if (!conn->accepted && !conn->ending && conn->lookup_key != NULL && strcmp(conn->lookup_key, key) == 0) {
             found = conn;
             pl_conn_retain(found);
             break;
@@ -466,14 +513,16 @@ void pl_remote_stats(uint32_t *out_connections, uint32_t *out_exports, uint32_t 
 
 /* ---- ending connections ----------------------------------------------------------------------------- */
 
+/* The connection stays among T.conns, marked ending, until its teardown has closed its sockets: a child of fork()
+ * meanwhile closes its copies, as of any connection of the transport's. */
 static void pl_transport_end(pl_conn_t *conn, const char *why) {
     pthread_mutex_lock(&T.lock);
     pl_conn_t **link = &T.conns;
     while (*link != NULL && *link != conn) link = &(*link)->next;
-    bool found = *link != NULL;
-    if (found) *link = conn->next;
+    bool first = *link != NULL && !conn->ending;
+    conn->ending = true;
     pthread_mutex_unlock(&T.lock);
-    if (!found) return; /* ended already */
+    if (!first) return; /* ended already, or being ended */
     pthread_mutex_lock(&conn->read_lock); /* a set's receiver reading it finishes first */
     pthread_mutex_lock(&conn->write_lock);
     pl_unwatch_locked(conn);
@@ -484,6 +533,8 @@ static void pl_transport_end(pl_conn_t *conn, const char *why) {
     pthread_mutex_unlock(&conn->read_lock);
     /* Counted gone only now that its rights are released: statistics that say no connection say no right. */
     pthread_mutex_lock(&T.lock);
+    for (link = &T.conns; *link != NULL && *link != conn;) link = &(*link)->next;
+    if (*link != NULL) *link = conn->next;
     T.connection_count--;
     pthread_mutex_unlock(&T.lock);
     conn->next = pl_graveyard;
@@ -720,11 +771,14 @@ static pl_read_result_t pl_read_conn(pl_conn_t *conn, uint8_t *buffer) {
 
 static void pl_accept_on(pl_service_t *service) {
     for (int i = 0; i < 16; i++) {
-        int fd = accept4(service->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd >= 0) {
-            pl_service_accepted(service, fd);
+        pl_pending_socket_t pending;
+        pl_transport_pending_add(&pending);
+        PL_WHILE_FORK_WAITS(&pending.fd, accept4(service->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC));
+        if (pending.fd >= 0) {
+            pl_service_accepted(service, &pending);
             continue;
         }
+        pl_transport_pending_drop(&pending);
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if ((errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) &&
             pl_paused_count < sizeof pl_paused / sizeof pl_paused[0]) {

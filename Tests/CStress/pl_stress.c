@@ -45,6 +45,8 @@
  *                            succeeds or says the port is dead, nothing is freed twice, the name is free after
  *   fork_while_writing       a child forked while a connection waits for room to write in a full socket holds
  *                            none of the parent's sockets (the duplicate watched for room included)
+ *   fork_during_connections  100 children forked while connections' sockets are made (accepted from a process
+ *                            that connects and hangs up, and by look-ups that are refused): none holds a socket
  *   fork_during_check_in     100 children forked while another thread checks a name in and withdraws it over and
  *                            over: none holds the name's lock once its fork handler ran, the check-ins succeed
  *   ring_prepare_again       in a process of its own, the transport's start fails for want of descriptors (the
@@ -108,6 +110,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <stdatomic.h>
@@ -1461,15 +1464,47 @@ static bool holds_descriptor_on(const char *path) {
     return false;
 }
 
+/* A thread that does something with a namespace over and over, beside forks. */
 typedef struct {
     const char *dir;
     atomic_bool stop;
     int rounds, failures;
-} check_in_churn_t;
+    pthread_t thread;
+} churn_t;
+
+static void churn_start(churn_t *churn, const char *dir, void *(*body)(void *)) {
+    *churn = (churn_t){ .dir = dir };
+    atomic_init(&churn->stop, false);
+    CHECK(pthread_create(&churn->thread, NULL, body, churn) == 0);
+}
+
+static void churn_stop(churn_t *churn) {
+    atomic_store(&churn->stop, true);
+    CHECK(pthread_join(churn->thread, NULL) == 0);
+}
+
+/* Forks 100 children (in 20 s at most), each of which exits at once, after its fork handler: how many found
+ * something open that they must not hold (`holds`, async-signal-safe, given `what`). *out_forks: how many forked. */
+static int children_holding(bool (*holds)(const char *what), const char *what, int *out_forks) {
+    int forks = 0, holding = 0;
+    int64_t deadline = now_ns() + 20000 * MS;
+    while (forks < 100 && now_ns() < deadline) {
+        pid_t child = fork();
+        CHECK(child >= 0);
+        if (child < 0) break;
+        if (child == 0) _exit(holds(what) ? 10 : 0);
+        int status = 0;
+        CHECK(waitpid(child, &status, 0) == child);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 10) holding++;
+        forks++;
+    }
+    *out_forks = forks;
+    return holding;
+}
 
 /* Checks "svc" in and destroys its port until told to stop. */
 static void *check_in_churn(void *arg) {
-    check_in_churn_t *churn = arg;
+    churn_t *churn = arg;
     while (!atomic_load(&churn->stop)) {
         pl_port_t *port;
         if (pl_port_create(16, 16, &port) != PL_OK) { churn->failures++; break; }
@@ -1494,24 +1529,11 @@ static void fork_during_check_in_body(void) {
     CHECK(mkdtemp(dir) != NULL);
     char lock_path[96];
     snprintf(lock_path, sizeof lock_path, "%s/.svc.lock", dir);
-    check_in_churn_t churn = { .dir = dir };
-    atomic_init(&churn.stop, false);
-    pthread_t thread;
-    CHECK(pthread_create(&thread, NULL, check_in_churn, &churn) == 0);
-    int forks = 0, holding = 0;
-    int64_t deadline = now_ns() + 20000 * MS;
-    while (forks < 100 && now_ns() < deadline) {
-        pid_t child = fork();
-        CHECK(child >= 0);
-        if (child < 0) break;
-        if (child == 0) _exit(holds_descriptor_on(lock_path) ? 10 : 0);
-        int status = 0;
-        CHECK(waitpid(child, &status, 0) == child);
-        if (WIFEXITED(status) && WEXITSTATUS(status) == 10) holding++;
-        forks++;
-    }
-    atomic_store(&churn.stop, true);
-    CHECK(pthread_join(thread, NULL) == 0);
+    churn_t churn;
+    churn_start(&churn, dir, check_in_churn);
+    int forks = 0;
+    int holding = children_holding(holds_descriptor_on, lock_path, &forks);
+    churn_stop(&churn);
     if (holding > 0) fprintf(stderr, "fork_during_check_in: %d of %d children held the lock\n", holding, forks);
     if (churn.failures > 0) {
         fprintf(stderr, "fork_during_check_in: %d of %d check-ins failed\n", churn.failures, churn.rounds);
@@ -1621,6 +1643,68 @@ static void fork_while_writing_body(void) {
     CHECK(kill(service, SIGKILL) == 0);
     CHECK(waitpid(service, &status, 0) == service);
     pl_port_release_send(right);
+    remove_service_dir(dir);
+}
+
+/* Looks up a name whose socket nobody listens on (a socket made and refused each time) until told to stop. */
+static void *refused_look_ups(void *arg) {
+    churn_t *churn = arg;
+    while (!atomic_load(&churn->stop)) {
+        pl_port_t *right = NULL;
+        if (pl_service_look_up(churn->dir, "gone", 1000 * MS, &right) != PL_ERR_UNKNOWN_SERVICE) churn->failures++;
+        churn->rounds++;
+    }
+    return NULL;
+}
+
+static bool holds_a_socket(const char *unused) {
+    (void)unused;
+    return open_sockets() > 0;
+}
+
+/* 100 children forked while connections' sockets are being made: a process that connects to this one's service and
+ * hangs up, over and over (each accepted by the transport), and a thread that looks up a name no one serves (a
+ * socket made and refused). A child holds none of these sockets once its fork handler ran: a connection's socket
+ * is listed from before it is made until the transport has the connection, or the socket is closed. */
+static void fork_during_connections_body(void) {
+    char dir[] = "/tmp/pl-stress-forkconns-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    pl_port_t *port;
+    CHECK_OK(pl_port_create(16, 16, &port));
+    CHECK_OK(pl_service_check_in(dir, "svc", port, NULL));
+    struct sockaddr_un service_address = { .sun_family = AF_UNIX }, gone_address = { .sun_family = AF_UNIX };
+    snprintf(service_address.sun_path, sizeof service_address.sun_path, "%s/svc", dir);
+    snprintf(gone_address.sun_path, sizeof gone_address.sun_path, "%s/gone", dir);
+    int stale = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    CHECK(stale >= 0 && bind(stale, (struct sockaddr *)&gone_address, sizeof gone_address) == 0);
+    close(stale); /* the name stays, refusing */
+
+    pid_t connector = fork();
+    CHECK(connector >= 0);
+    if (connector == 0) {
+        for (;;) {
+            int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+            if (fd < 0) _exit(2);
+            if (connect(fd, (struct sockaddr *)&service_address, sizeof service_address) != 0 && errno != EAGAIN) {
+                _exit(3);
+            }
+            close(fd);
+        }
+    }
+    churn_t churn;
+    churn_start(&churn, dir, refused_look_ups);
+    int forks = 0;
+    int holding = children_holding(holds_a_socket, NULL, &forks);
+    churn_stop(&churn);
+    int status = 0;
+    CHECK(waitpid(connector, &status, WNOHANG) == 0); /* still connecting: it never failed */
+    CHECK(kill(connector, SIGKILL) == 0);
+    CHECK(waitpid(connector, &status, 0) == connector);
+    if (holding > 0) fprintf(stderr, "fork_during_connections: %d of %d children held a socket\n", holding, forks);
+    CHECK(holding == 0);
+    CHECK(forks == 100 && churn.rounds > 0 && churn.failures == 0);
+    CHECK_OK(pl_port_destroy(port));
+    unlink(gone_address.sun_path);
     remove_service_dir(dir);
 }
 
@@ -1881,6 +1965,7 @@ static void scenario_notifications(void) {
 
 static void scenario_fork_child(void) { run_in_own_process(fork_child_body); }
 static void scenario_fork_while_writing(void) { run_in_own_process(fork_while_writing_body); }
+static void scenario_fork_during_connections(void) { run_in_own_process(fork_during_connections_body); }
 static void scenario_destroy_during_check_in(void) { run_in_own_process(destroy_during_check_in_body); }
 static void scenario_fork_during_check_in(void) { run_in_own_process(fork_during_check_in_body); }
 
@@ -3454,6 +3539,7 @@ int main(int argc, char **argv) {
         { "send_once_race", scenario_send_once_race },
         { "fork_child", scenario_fork_child },
         { "fork_while_writing", scenario_fork_while_writing },
+        { "fork_during_connections", scenario_fork_during_connections },
         { "destroy_during_check_in", scenario_destroy_during_check_in },
         { "fork_during_check_in", scenario_fork_during_check_in },
         { "status_queries", scenario_status_queries },
