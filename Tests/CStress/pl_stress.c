@@ -101,6 +101,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1527,8 +1528,10 @@ static void *check_in_churn(void *arg) {
 static void fork_during_check_in_body(void) {
     char dir[] = "/tmp/pl-stress-forkcheckin-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
-    char lock_path[96];
-    snprintf(lock_path, sizeof lock_path, "%s/.svc.lock", dir);
+    /* As /proc names it: the directory's real path (a temporary directory may be reached through a link). */
+    char real_dir[PATH_MAX], lock_path[PATH_MAX + 16];
+    CHECK(realpath(dir, real_dir) != NULL);
+    snprintf(lock_path, sizeof lock_path, "%s/.svc.lock", real_dir);
     churn_t churn;
     churn_start(&churn, dir, check_in_churn);
     int forks = 0;
