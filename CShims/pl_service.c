@@ -165,7 +165,6 @@ void pl_service_withdraw(pl_service_t *service) {
     pl_service_close_descriptors(service);
 }
 
-
 /* Takes the name's lock and listens on a fresh socket. */
 static pl_status_t pl_listen_on_name(const char *directory, const char *name, pl_service_t *service) {
     struct sockaddr_un address;

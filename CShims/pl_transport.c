@@ -83,7 +83,8 @@ static atomic_uint_fast64_t pl_withdrawals_begun, pl_withdrawals_done;
 static atomic_int_fast64_t pl_last_fork_ns;
 /* Held while a descriptor of a service or a connection is made and stored, or closed and forgotten, and by fork()
  * (after T.lock): a child never has a descriptor its handler cannot see. A leaf: nothing else is taken in it. Apart
- * from T.lock, so that a slow open() of a lock file stalls only forks and other check-ins. */
+ * from T.lock, so that a slow open() of a lock file holds up other descriptors' makers and fork(), not the transport
+ * (unless a fork() waits for it meanwhile, holding T.lock). */
 static pthread_mutex_t pl_fork_gate = PTHREAD_MUTEX_INITIALIZER;
 
 /* Connections ended and services withdrawn during a batch of events, freed after it (the transport thread's). */

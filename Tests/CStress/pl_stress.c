@@ -1557,8 +1557,7 @@ typedef struct {
 static void *destroy_after_delay(void *arg) {
     delayed_destroy_t *destroy = arg;
     int64_t until = now_ns() + destroy->delay_ns;
-    while (now_ns() < until) {
-    }
+    while (now_ns() < until) sched_yield(); /* valgrind runs one thread at a time: let the check-in go on */
     pl_port_destroy(destroy->port);
     return NULL;
 }
@@ -1570,6 +1569,16 @@ static void *destroy_after_delay(void *arg) {
 static void destroy_during_check_in_body(void) {
     char dir[] = "/tmp/pl-stress-destroycheckin-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
+    /* The delays span twice an undisturbed check-in's time, however slow this machine (or valgrind) makes it. */
+    int64_t check_in_ns = 0;
+    for (int i = 0; i < 2; i++) {
+        pl_port_t *port;
+        CHECK_OK(pl_port_create(16, 16, &port));
+        int64_t begun = now_ns();
+        CHECK_OK(pl_service_check_in(dir, "svc", port, NULL));
+        check_in_ns = now_ns() - begun;
+        CHECK_OK(pl_port_destroy(port));
+    }
     int succeeded = 0, refused = 0, rounds = 0;
     int64_t deadline = now_ns() + 1500 * MS;
     unsigned seed = 7;
@@ -1577,7 +1586,7 @@ static void destroy_during_check_in_body(void) {
         pl_port_t *port;
         CHECK_OK(pl_port_create(16, 16, &port));
         CHECK_OK(pl_port_make_send(port)); /* keeps the memory the check-in uses past the destruction */
-        delayed_destroy_t destroy = { .port = port, .delay_ns = rand_r(&seed) % 200000 };
+        delayed_destroy_t destroy = { .port = port, .delay_ns = rand_r(&seed) % (2 * check_in_ns + 1) };
         pthread_t thread;
         CHECK(pthread_create(&thread, NULL, destroy_after_delay, &destroy) == 0);
         pl_status_t status = pl_service_check_in(dir, "svc", port, NULL);
