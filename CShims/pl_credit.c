@@ -424,7 +424,7 @@ void pl_remote_port_destroyed(pl_port_t *port) {
          * withdrawal is counted as begun first: a check-in that finds the name gone waits for it. */
         pl_transport_withdrawal_begin();
         pl_service_unlink(service);
-        pl_transport_port_destroyed(port);
+        pl_transport_withdraw(port, service);
     }
 }
 

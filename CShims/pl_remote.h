@@ -473,15 +473,18 @@ void pl_transport_want_writable(pl_conn_t *conn);     /* the outgoing queue has 
 void pl_transport_flush_owed(pl_conn_t *conn);        /* credit is owed to a waiting peer */
 void pl_transport_reclaim(pl_port_t *port);           /* send RECLAIMs for this port */
 void pl_transport_withdrawal_begin(void);            /* a service's port is being destroyed (before its unlink) */
-void pl_transport_port_destroyed(pl_port_t *port);    /* tell holders, withdraw its service (after the begin) */
+/* Withdraws the service of a destroyed port (after the begin), with the command made for it at check-in. */
+void pl_transport_withdraw(pl_port_t *port, pl_service_t *service);
 /* A check-in's wait for a name's lock that this process may hold itself, soon to be closed (zeroed to start). */
 typedef struct {
     uint64_t withdrawals; /* the withdrawals begun when the check-in first found the lock held */
     int64_t since;        /* when that was (pl_now_ns) */
+    int64_t settled;      /* when they were first seen done (or the wait for them ran out); 0: not yet */
 } pl_lock_wait_t;
 /* Whether a check-in that found a name's lock held should look again in a moment: a withdrawal this process began
- * before is not done yet (for 2 s at most), or this process forked less than 50 ms ago (the child has copies of the
- * locks until its fork handler closes them). Never from the transport thread. */
+ * before is not done yet (for 2 s at most), it has just been seen done (one more look), or this process forked less
+ * than 50 ms ago (the child has copies of the locks until its fork handler closes them; for 50 ms after the
+ * withdrawals at most). Never from the transport thread. */
 bool pl_transport_lock_may_be_ours(pl_lock_wait_t *wait);
 void pl_transport_kill(pl_conn_t *conn, const char *why); /* end a connection (a write failed) */
 void pl_transport_drop_export(pl_conn_t *conn, uint32_t handle); /* drop an export left with no transfer */
@@ -521,6 +524,7 @@ struct pl_service {
     atomic_uint connections;  /* changed by the transport thread; read by whoever answers a status query */
     bool withdrawn;
     atomic_bool unlinked;     /* the socket's name is gone (by whoever destroyed the port, or the withdrawal) */
+    void *withdraw_command;   /* the transport's, made when it lists the service: the withdrawal needs no memory */
     struct pl_service *next;
 };
 

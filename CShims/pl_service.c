@@ -118,6 +118,13 @@ static pl_status_t pl_activation_fd(const char *name, int *out_fd) {
     return PL_OK;
 }
 
+/* A check-in that adopted a socket systemd passed failed: the socket stays open, for the next check-in of the name. */
+static void pl_activation_give_back(int fd) {
+    pthread_mutex_lock(&pl_activation_lock);
+    pl_activation_taken &= ~(1ull << (fd - 3));
+    pthread_mutex_unlock(&pl_activation_lock);
+}
+
 /* A descriptor systemd passed must be a listening SOCK_SEQPACKET socket. */
 static pl_status_t pl_activation_check(int fd) {
     int type = 0, listening = 0;
@@ -146,6 +153,7 @@ void pl_service_close_descriptors(pl_service_t *service) {
 void pl_service_release(pl_service_t *service) {
     if (atomic_fetch_sub_explicit(&service->refs, 1, memory_order_acq_rel) != 1) return;
     pl_service_close_descriptors(service);
+    free(service->withdraw_command); /* a plain allocation (pl_transport.c), unused */
     if (service->port != NULL) pl_port_release_internal(service->port);
     free(service->path);
     free(service->lock_path);
@@ -205,10 +213,11 @@ pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port
     int activated = -1;
     if ((status = pl_activation_fd(name, &activated)) != PL_OK) return status;
     if (activated < 0 && (status = pl_directory_check(directory, true)) != PL_OK) return status;
-    if ((status = pl_transport_start()) != PL_OK) return status;
-
-    pl_service_t *service = calloc(1, sizeof *service);
-    if (service == NULL) return PL_ERR_NO_MEMORY;
+    pl_service_t *service = NULL;
+    if ((status = pl_transport_start()) != PL_OK || (service = calloc(1, sizeof *service)) == NULL) {
+        if (activated >= 0) pl_activation_give_back(activated);
+        return status != PL_OK ? status : PL_ERR_NO_MEMORY;
+    }
     atomic_init(&service->refs, 1); /* the port's */
     service->listen_fd = service->lock_fd = -1;
     service->policy = policy != NULL ? *policy : pl_policy_default();
@@ -227,6 +236,10 @@ pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port
     if (status != PL_OK) {
         int saved = errno;
         if (service->path != NULL && service->listen_fd >= 0 && activated < 0) unlink(service->path);
+        if (activated >= 0) {
+            service->listen_fd = -1; /* systemd's: kept open */
+            pl_activation_give_back(activated);
+        }
         pl_transport_opening_drop(service);
         pl_service_release(service);
         errno = saved;

@@ -222,16 +222,10 @@ pl_status_t pl_transport_start(void) {
 
 /* ---- commands --------------------------------------------------------------------------------------- */
 
-/* Whether the command was queued. */
-static bool pl_post_handle(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *port, const char *why,
-                           uint32_t handle) {
-    pl_command_t *command = calloc(1, sizeof *command);
-    if (command == NULL) return false; /* out of memory: the work is lost, not the process (credit waits for a WANT) */
-    command->kind = kind;
-    command->handle = handle;
-    command->conn = conn;
-    command->port = port;
-    command->why = why;
+/* Fills in `command` (allocated by the caller) and queues it: whether it was. If not, it is freed. */
+static bool pl_post_command(pl_command_t *command, pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *port,
+                            const char *why, uint32_t handle) {
+    *command = (pl_command_t){ .kind = kind, .handle = handle, .conn = conn, .port = port, .why = why };
     if (conn != NULL) pl_conn_retain(conn);
     if (port != NULL) pl_port_retain_internal(port);
     pthread_mutex_lock(&T.lock);
@@ -255,6 +249,14 @@ static bool pl_post_handle(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *p
         do { n = write(fd, &one, sizeof one); } while (n < 0 && errno == EINTR);
     }
     return true;
+}
+
+/* Whether the command was queued. */
+static bool pl_post_handle(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *port, const char *why,
+                           uint32_t handle) {
+    pl_command_t *command = calloc(1, sizeof *command);
+    if (command == NULL) return false; /* out of memory: the work is lost, not the process (credit waits for a WANT) */
+    return pl_post_command(command, kind, conn, port, why, handle);
 }
 
 static void pl_post(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *port, const char *why) {
@@ -289,9 +291,12 @@ static int pl_sweep_timeout(bool timed_out) {
 void pl_transport_kill(pl_conn_t *conn, const char *why) { pl_post(PL_CMD_KILL, conn, NULL, why); }
 void pl_transport_withdrawal_begin(void) { atomic_fetch_add_explicit(&pl_withdrawals_begun, 1, memory_order_seq_cst); }
 
-void pl_transport_port_destroyed(pl_port_t *port) {
-    if (!pl_post_handle(PL_CMD_WITHDRAW, NULL, port, NULL, 0)) {
-        atomic_fetch_add_explicit(&pl_withdrawals_done, 1, memory_order_release); /* nothing will come of it */
+void pl_transport_withdraw(pl_port_t *port, pl_service_t *service) {
+    /* With the command made at check-in: a withdrawal is never lost for want of memory. */
+    pl_command_t *command = service->withdraw_command;
+    service->withdraw_command = NULL;
+    if (command == NULL || !pl_post_command(command, PL_CMD_WITHDRAW, NULL, port, NULL, 0)) {
+        atomic_fetch_add_explicit(&pl_withdrawals_done, 1, memory_order_release); /* no transport: nothing to do */
     }
 }
 
@@ -307,10 +312,19 @@ bool pl_transport_lock_may_be_ours(pl_lock_wait_t *wait) {
         wait->withdrawals = atomic_load_explicit(&pl_withdrawals_begun, memory_order_seq_cst);
     }
     /* Commands run in order: once as many are done as had begun, those that had begun are done. */
-    bool withdrawing = atomic_load_explicit(&pl_withdrawals_done, memory_order_acquire) < wait->withdrawals &&
-                       now - wait->since < PL_WITHDRAW_WAIT_NS;
+    if (atomic_load_explicit(&pl_withdrawals_done, memory_order_acquire) < wait->withdrawals &&
+        now - wait->since < PL_WITHDRAW_WAIT_NS) {
+        return true;
+    }
+    if (wait->settled == 0) {
+        /* One more look: the withdrawal may have closed the lock after the check-in found it held. */
+        wait->settled = now;
+        return true;
+    }
+    /* A child's copy is of a lock held when it was forked: after this process's withdrawals, a fork made more than
+     * 50 ms ago has no copy left, and one made since copied another holder's lock, or none. */
     int64_t forked = atomic_load_explicit(&pl_last_fork_ns, memory_order_acquire);
-    return withdrawing || (forked != 0 && now - forked < PL_FORK_COPY_WAIT_NS);
+    return forked != 0 && now - forked < PL_FORK_COPY_WAIT_NS && now - wait->settled < PL_FORK_COPY_WAIT_NS;
 }
 void pl_transport_reclaim(pl_port_t *port) { pl_remote_reclaim(port); }
 
@@ -445,10 +459,14 @@ pl_status_t pl_transport_add_service(pl_service_t *service) {
     pl_port_t *port = service->port;
     struct epoll_event event = { .events = EPOLLIN, .data.u64 = (uint64_t)(uintptr_t)service | PL_TAG_SERVICE };
     pl_status_t status = PL_OK;
+    if (service->withdraw_command == NULL && (service->withdraw_command = calloc(1, sizeof(pl_command_t))) == NULL) {
+        return PL_ERR_NO_MEMORY;
+    }
     /* The port learns of its service in the same hold of T.lock that lists it: a destruction of the port that sees
-     * the service finds it among T.services when its withdrawal runs (the transport takes T.lock for that). */
-    pthread_mutex_lock(&T.lock);
+     * the service finds it among T.services when its withdrawal runs (the transport takes T.lock for that). The
+     * port's lock first: the credit code posts to the transport (T.lock) while it holds a port's. */
     pthread_mutex_lock(&port->lock);
+    pthread_mutex_lock(&T.lock);
     if (port->dead || port->service != NULL) {
         status = PL_ERR_INVALID_ARG;
     } else if (epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, service->listen_fd, &event) != 0) {
@@ -461,8 +479,8 @@ pl_status_t pl_transport_add_service(pl_service_t *service) {
         T.services = service;
     }
     int saved = errno;
-    pthread_mutex_unlock(&port->lock);
     pthread_mutex_unlock(&T.lock);
+    pthread_mutex_unlock(&port->lock);
     errno = saved;
     return status;
 }

@@ -43,6 +43,8 @@
  *                            withdraws the name and checks it in again at once
  *   destroy_during_check_in  ports destroyed by another thread at every moment of their check-in: each check-in
  *                            succeeds or says the port is dead, nothing is freed twice, the name is free after
+ *   activation_given_back    a socket passed as systemd passes one outlives a check-in that fails (a dead port):
+ *                            the next check-in adopts it
  *   fork_while_writing       a child forked while a connection waits for room to write in a full socket holds
  *                            none of the parent's sockets (the duplicate watched for room included)
  *   fork_during_connections  100 children forked while connections' sockets are made (accepted from a process
@@ -109,6 +111,7 @@
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -1415,14 +1418,16 @@ static void fork_child_body(void) {
     remove_service_dir(dir);
 }
 
-/* Forks a child that checks "svc" in under `dir` with a port of the given limits, says so, and waits to be killed;
- * returns once the name is checked in. */
+/* Forks a child that checks "svc" in under `dir` with a port of the given limits, says so, and waits to be killed
+ * (or for this process to end); returns once the name is checked in. The child allocates and starts threads: call
+ * it before this process has threads of its own. */
 static pid_t fork_idle_service(const char *dir, uint32_t queue_limit, uint32_t max_size) {
     int ready[2];
     CHECK(pipe(ready) == 0);
     pid_t child = fork();
     CHECK(child >= 0);
     if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         pl_port_t *port;
         if (pl_port_create(queue_limit, max_size, &port) != PL_OK || pl_service_check_in(dir, "svc", port, NULL) != PL_OK) {
             _exit(2);
@@ -1465,6 +1470,30 @@ static bool holds_descriptor_on(const char *path) {
     return false;
 }
 
+/* Forks a child that answers `check(what)` and exits: 1 (true), 0 (false), or -1 if it could not be forked or said
+ * nothing. The answer comes through a pipe, since valgrind replaces a child's exit status (it finds the memory the
+ * child inherited leaked). `check` must be async-signal-safe if the process has threads. */
+static int in_child(bool (*check)(const char *what), const char *what) {
+    int report[2];
+    CHECK(pipe2(report, O_CLOEXEC) == 0);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        char answer = check(what) ? 1 : 0;
+        _exit(write(report[1], &answer, 1) == 1 ? 0 : 2);
+    }
+    close(report[1]);
+    char answer = 0;
+    ssize_t n = -1;
+    if (child > 0) {
+        do n = read(report[0], &answer, 1); while (n < 0 && errno == EINTR);
+        int status = 0;
+        CHECK(waitpid(child, &status, 0) == child);
+    }
+    close(report[0]);
+    return n == 1 ? answer : -1;
+}
+
 /* A thread that does something with a namespace over and over, beside forks. */
 typedef struct {
     const char *dir;
@@ -1490,13 +1519,10 @@ static int children_holding(bool (*holds)(const char *what), const char *what, i
     int forks = 0, holding = 0;
     int64_t deadline = now_ns() + 20000 * MS;
     while (forks < 100 && now_ns() < deadline) {
-        pid_t child = fork();
-        CHECK(child >= 0);
-        if (child < 0) break;
-        if (child == 0) _exit(holds(what) ? 10 : 0);
-        int status = 0;
-        CHECK(waitpid(child, &status, 0) == child);
-        if (WIFEXITED(status) && WEXITSTATUS(status) == 10) holding++;
+        int answer = in_child(holds, what);
+        CHECK(answer >= 0);
+        if (answer < 0) break;
+        holding += answer;
         forks++;
     }
     *out_forks = forks;
@@ -1523,8 +1549,8 @@ static void *check_in_churn(void *arg) {
 
 /* 100 children forked while another thread checks a name in and withdraws it, over and over: none holds the name's
  * lock file once its fork handler has run (such a child would keep the parent from checking the name in again for
- * as long as it lives), and every check-in succeeds. A check-in's descriptors are made while fork() is held off, on
- * a service the fork handler closes in the child. */
+ * as long as it lives), and the check-ins succeed (but for a child not yet through its handler 50 ms after its fork).
+ * A check-in's descriptors are made while fork() is held off, on a service the fork handler closes in the child. */
 static void fork_during_check_in_body(void) {
     char dir[] = "/tmp/pl-stress-forkcheckin-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -1620,6 +1646,11 @@ static int open_sockets(void) {
     return count;
 }
 
+static bool holds_a_socket(const char *unused) {
+    (void)unused;
+    return open_sockets() > 0;
+}
+
 /* A child forked while the parent's connection waits for room to write holds none of its sockets: neither the
  * connection's nor the duplicate the transport watches for room (so the service sees the connection end when the
  * parent closes it). The service is a stopped process, whose socket fills. */
@@ -1645,12 +1676,9 @@ static void fork_while_writing_body(void) {
     if (open_sockets() != 2) fprintf(stderr, "fork_while_writing: %d sockets after %d sends\n", open_sockets(), sent);
     CHECK(open_sockets() == 2);
 
-    pid_t child = fork();
-    CHECK(child >= 0);
-    if (child == 0) _exit(open_sockets() == 0 ? 0 : 10);
-    CHECK(waitpid(child, &status, 0) == child);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 10) fprintf(stderr, "fork_while_writing: the child kept a socket\n");
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 10);
+    int held = in_child(holds_a_socket, NULL);
+    if (held != 0) fprintf(stderr, "fork_while_writing: the child kept a socket (%d)\n", held);
+    CHECK(held == 0);
 
     CHECK(kill(service, SIGKILL) == 0);
     CHECK(waitpid(service, &status, 0) == service);
@@ -1669,10 +1697,6 @@ static void *refused_look_ups(void *arg) {
     return NULL;
 }
 
-static bool holds_a_socket(const char *unused) {
-    (void)unused;
-    return open_sockets() > 0;
-}
 
 /* 100 children forked while connections' sockets are being made: a process that connects to this one's service and
  * hangs up, over and over (each accepted by the transport), and a thread that looks up a name no one serves (a
@@ -1717,6 +1741,47 @@ static void fork_during_connections_body(void) {
     CHECK(forks == 100 && churn.rounds > 0 && churn.failures == 0);
     CHECK_OK(pl_port_destroy(port));
     unlink(gone_address.sun_path);
+    remove_service_dir(dir);
+}
+
+/* In a child (it changes the environment and descriptor 3): a socket passed as systemd passes one, whose first
+ * check-in fails (its port is dead), is still there for the next, which adopts it. */
+static bool activation_given_back_in_child(const char *dir) {
+    struct sockaddr_un address = { .sun_family = AF_UNIX };
+    snprintf(address.sun_path, sizeof address.sun_path, "%s/act", dir);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&address, sizeof address) != 0 || listen(fd, 8) != 0) return false;
+    if (fd != 3 && (dup2(fd, 3) != 3 || close(fd) != 0)) return false;
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    setenv("LISTEN_PID", pid, 1);
+    setenv("LISTEN_FDS", "1", 1);
+    setenv("LISTEN_FDNAMES", "act", 1);
+    pl_port_t *dead, *live, *right = NULL;
+    if (pl_port_create(8, 64, &dead) != PL_OK || pl_port_make_send(dead) != PL_OK || pl_port_destroy(dead) != PL_OK) {
+        return false;
+    }
+    pl_status_t first = pl_service_check_in(dir, "act", dead, NULL);
+    bool kept = fcntl(3, F_GETFD) >= 0;
+    if (pl_port_create(8, 64, &live) != PL_OK) return false;
+    pl_status_t second = pl_service_check_in(dir, "act", live, NULL);
+    pl_status_t look_up = pl_service_look_up(dir, "act", 5000 * MS, &right);
+    if (first != PL_ERR_INVALID_ARG || !kept || second != PL_OK || look_up != PL_OK) {
+        fprintf(stderr, "activation_given_back: first %s, socket %s, second %s, look-up %s\n",
+                pl_status_describe(first), kept ? "kept" : "closed", pl_status_describe(second),
+                pl_status_describe(look_up));
+        return false;
+    }
+    return true;
+}
+
+static void activation_given_back_body(void) {
+    char dir[] = "/tmp/pl-stress-activation-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK(in_child(activation_given_back_in_child, dir) == 1);
+    char path[96];
+    snprintf(path, sizeof path, "%s/act", dir);
+    unlink(path);
     remove_service_dir(dir);
 }
 
@@ -1977,6 +2042,7 @@ static void scenario_notifications(void) {
 
 static void scenario_fork_child(void) { run_in_own_process(fork_child_body); }
 static void scenario_fork_while_writing(void) { run_in_own_process(fork_while_writing_body); }
+static void scenario_activation_given_back(void) { run_in_own_process(activation_given_back_body); }
 static void scenario_fork_during_connections(void) { run_in_own_process(fork_during_connections_body); }
 static void scenario_destroy_during_check_in(void) { run_in_own_process(destroy_during_check_in_body); }
 static void scenario_fork_during_check_in(void) { run_in_own_process(fork_during_check_in_body); }
@@ -3551,6 +3617,7 @@ int main(int argc, char **argv) {
         { "send_once_race", scenario_send_once_race },
         { "fork_child", scenario_fork_child },
         { "fork_while_writing", scenario_fork_while_writing },
+        { "activation_given_back", scenario_activation_given_back },
         { "fork_during_connections", scenario_fork_during_connections },
         { "destroy_during_check_in", scenario_destroy_during_check_in },
         { "fork_during_check_in", scenario_fork_during_check_in },
