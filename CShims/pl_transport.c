@@ -83,8 +83,8 @@ static atomic_uint_fast64_t pl_withdrawals_begun, pl_withdrawals_done;
 static atomic_int_fast64_t pl_last_fork_ns;
 /* Held while a descriptor of a service or a connection is made and stored, or closed and forgotten, and by fork()
  * (after T.lock): a child never has a descriptor its handler cannot see. A leaf: nothing else is taken in it. Apart
- * from T.lock, so that a slow open() of a lock file holds up other descriptors' makers and fork(), not the transport
- * (unless a fork() waits for it meanwhile, holding T.lock). */
+ * from T.lock, which is held for longer and more often; a slow open() of a lock file still holds up the transport
+ * when it makes or closes a connection's socket meanwhile. */
 static pthread_mutex_t pl_fork_gate = PTHREAD_MUTEX_INITIALIZER;
 
 /* Connections ended and services withdrawn during a batch of events, freed after it (the transport thread's). */
@@ -160,13 +160,16 @@ static void pl_transport_after_fork_child(void) {
  * sender streams, or for room in a full socket. exit() sends what waits, as stdio flushes its buffers, so that a
  * process that sends and then ends normally loses nothing; a peer that does not read holds it up a second at most. */
 #define PL_EXIT_FLUSH_NS 1000000000LL
+static pl_conn_t **pl_retain_conns(uint32_t *out_count);
 static void pl_transport_flush_at_exit(void) {
     int64_t deadline = pl_now_ns() + PL_EXIT_FLUSH_NS;
-    pthread_mutex_lock(&T.lock);
-    for (pl_conn_t *conn = T.conns; conn != NULL; conn = conn->next) {
-        if (!conn->ending) pl_conn_flush_before_exit(conn, deadline);
+    uint32_t count = 0;
+    pl_conn_t **conns = pl_retain_conns(&count);
+    for (uint32_t i = 0; i < count; i++) {
+        pl_conn_flush_before_exit(conns[i], deadline);
+        pl_conn_release(conns[i]);
     }
-    pthread_mutex_unlock(&T.lock);
+    free(conns);
 }
 
 static pthread_once_t pl_fork_handlers_once = PTHREAD_ONCE_INIT;
@@ -810,6 +813,25 @@ static void pl_accept_on(pl_service_t *service) {
     }
 }
 
+/* The connections the transport has, not being ended, each with a reference taken, in an array to free (NULL, and
+ * *out_count 0, when there are none or no memory for the array). Their work is done after T.lock is let go: it takes
+ * their write locks, and a write that fails there posts to the transport (T.lock). */
+static pl_conn_t **pl_retain_conns(uint32_t *out_count) {
+    pthread_mutex_lock(&T.lock);
+    uint32_t count = 0;
+    for (pl_conn_t *conn = T.conns; conn != NULL; conn = conn->next) count++;
+    pl_conn_t **conns = count > 0 ? calloc(count, sizeof *conns) : NULL;
+    uint32_t taken = 0;
+    for (pl_conn_t *conn = T.conns; conn != NULL && conns != NULL; conn = conn->next) {
+        if (conn->ending) continue;
+        pl_conn_retain(conn);
+        conns[taken++] = conn;
+    }
+    pthread_mutex_unlock(&T.lock);
+    *out_count = taken;
+    return conns;
+}
+
 /* Releases proxies that have had no right for PL_IDLE_PROXY_NS, at most once a second's tenth. */
 static void pl_sweep_idle_proxies(void) {
     static int64_t last_sweep;
@@ -817,16 +839,8 @@ static void pl_sweep_idle_proxies(void) {
     int64_t now = pl_now_ns();
     if (now - last_sweep < PL_IDLE_PROXY_NS / 10) return;
     last_sweep = now;
-    pthread_mutex_lock(&T.lock);
-    uint32_t count = 0;
-    for (pl_conn_t *conn = T.conns; conn != NULL; conn = conn->next) count++;
-    pl_conn_t **conns = count > 0 ? calloc(count, sizeof *conns) : NULL;
     uint32_t taken = 0;
-    for (pl_conn_t *conn = T.conns; conn != NULL && conns != NULL; conn = conn->next) {
-        pl_conn_retain(conn);
-        conns[taken++] = conn;
-    }
-    pthread_mutex_unlock(&T.lock);
+    pl_conn_t **conns = pl_retain_conns(&taken);
     for (uint32_t i = 0; i < taken; i++) {
         pl_conn_release_idle(conns[i], now - PL_IDLE_PROXY_NS);
         pl_conn_release(conns[i]);

@@ -1578,12 +1578,15 @@ static void fork_during_check_in_body(void) {
 typedef struct {
     pl_port_t *port;
     int64_t delay_ns;
+    atomic_bool go;           /* the check-in begins */
 } delayed_destroy_t;
 
+/* Destroys the port `delay_ns` after the check-in begins. Yields while it waits: valgrind runs one thread at a time. */
 static void *destroy_after_delay(void *arg) {
     delayed_destroy_t *destroy = arg;
+    while (!atomic_load(&destroy->go)) sched_yield();
     int64_t until = now_ns() + destroy->delay_ns;
-    while (now_ns() < until) sched_yield(); /* valgrind runs one thread at a time: let the check-in go on */
+    while (now_ns() < until) sched_yield();
     pl_port_destroy(destroy->port);
     return NULL;
 }
@@ -1595,26 +1598,35 @@ static void *destroy_after_delay(void *arg) {
 static void destroy_during_check_in_body(void) {
     char dir[] = "/tmp/pl-stress-destroycheckin-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
-    /* The delays span twice an undisturbed check-in's time, however slow this machine (or valgrind) makes it. */
-    int64_t check_in_ns = 0;
-    for (int i = 0; i < 2; i++) {
+    /* The delays span twice an undisturbed check-in's time (the fastest of five, of names not just withdrawn),
+     * however slow this machine or valgrind makes it. */
+    int64_t check_in_ns = INT64_MAX;
+    for (int i = 0; i < 5; i++) {
+        char name[8], lock_path[96];
+        snprintf(name, sizeof name, "cal%d", i);
         pl_port_t *port;
         CHECK_OK(pl_port_create(16, 16, &port));
         int64_t begun = now_ns();
-        CHECK_OK(pl_service_check_in(dir, "svc", port, NULL));
-        check_in_ns = now_ns() - begun;
+        CHECK_OK(pl_service_check_in(dir, name, port, NULL));
+        int64_t took = now_ns() - begun;
+        if (took < check_in_ns) check_in_ns = took;
         CHECK_OK(pl_port_destroy(port));
+        snprintf(lock_path, sizeof lock_path, "%s/.%s.lock", dir, name);
+        unlink(lock_path);
     }
+    /* Until both outcomes have been seen a while (or for 3 s at most). */
     int succeeded = 0, refused = 0, rounds = 0;
-    int64_t deadline = now_ns() + 1500 * MS;
+    int64_t deadline = now_ns() + 3000 * MS;
     unsigned seed = 7;
-    while (rounds < 3000 && now_ns() < deadline) {
+    while (rounds < 3000 && now_ns() < deadline && (succeeded < 20 || refused < 20)) {
         pl_port_t *port;
         CHECK_OK(pl_port_create(16, 16, &port));
         CHECK_OK(pl_port_make_send(port)); /* keeps the memory the check-in uses past the destruction */
         delayed_destroy_t destroy = { .port = port, .delay_ns = rand_r(&seed) % (2 * check_in_ns + 1) };
+        atomic_init(&destroy.go, false);
         pthread_t thread;
         CHECK(pthread_create(&thread, NULL, destroy_after_delay, &destroy) == 0);
+        atomic_store(&destroy.go, true);
         pl_status_t status = pl_service_check_in(dir, "svc", port, NULL);
         CHECK(pthread_join(thread, NULL) == 0);
         CHECK_OK(pl_port_release_send(port));
@@ -1625,7 +1637,8 @@ static void destroy_during_check_in_body(void) {
         rounds++;
     }
     if (succeeded == 0 || refused == 0) {
-        fprintf(stderr, "destroy_during_check_in: %d succeeded, %d refused of %d\n", succeeded, refused, rounds);
+        fprintf(stderr, "destroy_during_check_in: %d succeeded, %d refused of %d (delays up to %lld ns)\n", succeeded,
+                refused, rounds, (long long)(2 * check_in_ns));
     }
     CHECK(succeeded > 0 && refused > 0);
     pl_port_t *again;
@@ -1718,6 +1731,8 @@ static void fork_during_connections_body(void) {
     pid_t connector = fork();
     CHECK(connector >= 0);
     if (connector == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never left spinning */
+        if (getppid() == 1) _exit(4);
         for (;;) {
             int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
             if (fd < 0) _exit(2);
@@ -1725,6 +1740,7 @@ static void fork_during_connections_body(void) {
                 _exit(3);
             }
             close(fd);
+            sched_yield();
         }
     }
     churn_t churn;
@@ -1738,7 +1754,7 @@ static void fork_during_connections_body(void) {
     CHECK(waitpid(connector, &status, 0) == connector);
     if (holding > 0) fprintf(stderr, "fork_during_connections: %d of %d children held a socket\n", holding, forks);
     CHECK(holding == 0);
-    CHECK(forks == 100 && churn.rounds > 0 && churn.failures == 0);
+    CHECK(forks >= 20 && churn.rounds > 0 && churn.failures == 0);
     CHECK_OK(pl_port_destroy(port));
     unlink(gone_address.sun_path);
     remove_service_dir(dir);
