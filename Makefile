@@ -29,7 +29,8 @@
 #   fuzz         the C layer's fuzz harnesses (ports against a model; the wire; the shared-memory rings) for
 #                FUZZ_SECONDS (600) each; fuzz-quick: 30 s, 60 s and 30 s, in test
 #   leakcheck    the C send/receive/destroy stress program under AddressSanitizer + LeakSanitizer + UBSan,
-#                then under valgrind when it is installed (stress-valgrind)
+#                then under valgrind's memcheck (stress-valgrind), ThreadSanitizer (stress-tsan) and helgrind
+#                for lock-order inversions (stress-helgrind); installs valgrind with apt-get when missing
 #   clean        remove every build directory
 #
 # Every recipe line is a separate command; make stops at the first one that fails, so `make test` exits
@@ -66,7 +67,7 @@ STRESS_CFLAGS   = -std=gnu11 -O1 -g -Wall -Wextra -pthread -ICShims/include -ICS
 STRESS_LIBS     = $(DISPATCH_LIBS)
 SANITIZE        = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
-.PHONY: all deps build test leakcheck stress-valgrind fuzz fuzz-quick bench-deps bench-build bench bench-quick bench-plot-deps bench-plots demo demo-ipc echod-test clean
+.PHONY: all deps build test leakcheck stress-valgrind stress-tsan stress-helgrind valgrind-deps fuzz fuzz-quick bench-deps bench-build bench bench-quick bench-plot-deps bench-plots demo demo-ipc echod-test clean
 
 all: build
 
@@ -129,17 +130,20 @@ docs: deps
 	fi
 	@echo "docs: built with no warnings"
 
-leakcheck: deps
+leakcheck: deps valgrind-deps
 	@mkdir -p $(STRESS_DIR)
 	$(CC_SANITIZE) $(STRESS_CFLAGS) $(SANITIZE) -fuse-ld=lld -o $(STRESS_DIR)/pl_stress_asan $(STRESS_SOURCES) $(STRESS_LIBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=23 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    $(STRESS_DIR)/pl_stress_asan
-	@if command -v valgrind >/dev/null 2>&1; then \
-	    $(MAKE) --no-print-directory stress-valgrind; \
-	else \
-	    echo "leakcheck: valgrind not installed; skipping the valgrind run (ASan/LSan run passed)"; \
-	fi
+	$(MAKE) --no-print-directory stress-valgrind
+	$(MAKE) --no-print-directory stress-tsan
+	$(MAKE) --no-print-directory stress-helgrind
+
+# valgrind for stress-valgrind and stress-helgrind, with apt-get when missing.
+valgrind-deps:
+	@if command -v valgrind >/dev/null 2>&1; then exit 0; fi; \
+	$(call apt_install,valgrind-deps,valgrind)
 
 # The C layer's fuzz harnesses (Tests/CFuzz), with libFuzzer from the Swift toolchain's clang, AddressSanitizer,
 # LeakSanitizer and UBSan: pl_fuzz_model (ports and sets against a reference model), pl_fuzz_wire (what another
@@ -187,17 +191,42 @@ fuzz: $(FUZZ_DIR)/pl_fuzz_model $(FUZZ_DIR)/pl_fuzz_wire $(FUZZ_DIR)/pl_fuzz_rin
 	$(FUZZ_DIR)/pl_fuzz_ring -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	    $(FUZZ_DIR)/ring-corpus Tests/CFuzz/ring-corpus
 
-# The same program without sanitizers, under valgrind's leak checker (about 25 s on 2 cores). `leakcheck` runs it
-# when valgrind is installed; `make deps` does not install valgrind. DWARF 4: valgrind cannot read the
-# DWARF 5 that newer clangs write. --child-silent-after-fork: the fork scenario's child inherits the parent's memory,
+# The same program without sanitizers, under valgrind's leak checker (about 25 s on 2 cores; part of `leakcheck`).
+# DWARF 4: valgrind cannot read the DWARF 5 that newer clangs write. --child-silent-after-fork: the fork scenario's child inherits the parent's memory,
 # which valgrind would report as its leaks. --fair-sched: valgrind runs one thread at a time, and by default a thread
 # spinning on the port layer's adaptive mutexes (descriptor_for_waiter's pollers) can keep the others from
 # running for minutes.
-stress-valgrind: deps
+stress-valgrind: deps valgrind-deps
 	@mkdir -p $(STRESS_DIR)
 	$(CC_STRESS) $(STRESS_CFLAGS) -gdwarf-4 -o $(STRESS_DIR)/pl_stress $(STRESS_SOURCES) $(STRESS_LIBS)
 	valgrind -q --fair-sched=yes --child-silent-after-fork=yes --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible \
 	    --error-exitcode=1 $(STRESS_DIR)/pl_stress
+
+# The same program under ThreadSanitizer (about 20 s): data races in the C layer, whose atomics it understands (the
+# Swift suites under --sanitize=thread reach the C layer only through the Swift API). A report stops the process it
+# is in, and a scenario whose process stopped fails. The sanitizer's libdispatch interceptors need the blocks
+# runtime. die_after_fork=0: the fork scenarios' children start threads, which the sanitizer refuses by default in
+# the child of a process with threads.
+stress-tsan: deps
+	@mkdir -p $(STRESS_DIR)
+	$(CC_SANITIZE) $(STRESS_CFLAGS) -fsanitize=thread -fno-omit-frame-pointer -fuse-ld=lld -o $(STRESS_DIR)/pl_stress_tsan \
+	    $(STRESS_SOURCES) $(STRESS_LIBS) $(if $(SWIFT_RUNTIME_DIR),-lBlocksRuntime)
+	TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 $(STRESS_DIR)/pl_stress_tsan
+
+# The same program under helgrind (about 3 min): lock-order inversions, which are deadlocks waiting for the wrong
+# moment (two threads taking two locks in opposite orders), and misuse of the pthread API, none of which
+# ThreadSanitizer reports on Linux. Helgrind sees an inversion as soon as both orders have happened once, in one
+# process, whatever the timing. One log per process (the scenarios fork); Tests/CStress/helgrind-verdict.sh reads
+# them. Races are suppressed (Tests/CStress/helgrind.supp: helgrind does not model C11 atomics); --history-level=none
+# keeps it fast, at the cost of the second stack of a race, which is not reported anyway.
+HELGRIND_LOGS = $(STRESS_DIR)/helgrind
+stress-helgrind: deps valgrind-deps
+	@mkdir -p $(STRESS_DIR)
+	$(CC_STRESS) $(STRESS_CFLAGS) -gdwarf-4 -o $(STRESS_DIR)/pl_stress $(STRESS_SOURCES) $(STRESS_LIBS)
+	rm -rf $(HELGRIND_LOGS) && mkdir -p $(HELGRIND_LOGS)
+	valgrind -q --tool=helgrind --fair-sched=yes --history-level=none --suppressions=Tests/CStress/helgrind.supp \
+	    --log-file=$(HELGRIND_LOGS)/%p.log $(STRESS_DIR)/pl_stress
+	Tests/CStress/helgrind-verdict.sh $(HELGRIND_LOGS)/*.log
 
 # The benchmarks' gRPC peer (grpc-swift-nio-transport) links zlib: install zlib1g-dev when its header is missing.
 bench-deps:

@@ -1,6 +1,7 @@
 /*
- * pl_stress.c — send/receive/destroy stress for the C port layer, run under AddressSanitizer,
- * LeakSanitizer and UBSan by `make leakcheck` (and by hand under valgrind: `make stress-valgrind`).
+ * pl_stress.c — send/receive/destroy stress for the C port layer, run by `make leakcheck` under AddressSanitizer,
+ * LeakSanitizer and UBSan, then under valgrind's memcheck (`make stress-valgrind`), ThreadSanitizer (`make
+ * stress-tsan`) and helgrind, which reports two locks ever taken in opposite orders (`make stress-helgrind`).
  *
  * Each scenario is one check. It passes when no CHECK in it failed; leaks and memory errors are caught by
  * the sanitizer (which makes the process exit non-zero) rather than by the checks. Scenarios:
@@ -69,6 +70,10 @@
  *                            its connection's ring, into a port of a set (queue limit 1024) that this process
  *                            receives from: each in order, no receive slow enough to have slept on a ready port
  *                            until its deadline, no sender left waiting on a ring that had room
+ *   senders_to_checked_in_port  three processes stream 5,000 messages each to a checked-in port whose queue holds
+ *                            8, so that they wait for credit, received in batches: each message once, in its
+ *                            sender's order. Under helgrind it also checks that check-in, the credit given back to
+ *                            waiting senders and the transport take their locks in one order
  *   fragments_in_place       a connection driven by hand with a message of four fragments: later fragments are
  *                            read straight into the reassembly buffer, one packet or a batch at a time; a control
  *                            frame between fragments, a last fragment packed with another message, and a fragment
@@ -3021,6 +3026,101 @@ static void ring_stream_to_set_body(void) {
 
 static void scenario_ring_stream_to_set(void) { run_in_own_process(ring_stream_to_set_body); }
 
+/* ---- senders_to_checked_in_port --------------------------------------------------------------------- */
+
+enum { SC_SENDERS = 3, SC_MESSAGES = 5000, SC_BATCH = 16 };
+
+/* One child: looks the service up, streams SC_MESSAGES of {sender, seq} to it, then waits for the answer to a last
+ * message (what waits in its outgoing queue would die with an _exit). */
+static void sc_sender(const char *dir, uint32_t sender) {
+    pl_port_t *service = NULL;
+    if (pl_service_look_up(dir, "svc", 5000 * MS, &service) != PL_OK) _exit(2);
+    for (uint32_t seq = 0; seq < SC_MESSAGES; seq++) {
+        uint32_t words[2] = { sender, seq };
+        if (pl_port_send(service, 20, words, sizeof words, NULL, PL_TIMEOUT_FOREVER) != PL_OK) _exit(3);
+    }
+    pl_port_t *reply = NULL;
+    pl_received_t answer;
+    if (pl_port_create(1, 16, &reply) != PL_OK || pl_port_send(service, 9, NULL, 0, reply, PL_TIMEOUT_FOREVER) != PL_OK ||
+        pl_port_receive(reply, &answer, NULL, 0, 20000 * MS) != PL_OK) {
+        _exit(4);
+    }
+    _exit(0);
+}
+
+/* Checks one received message against what its sender sent so far; answers a sender's last message. */
+static bool sc_take(const pl_received_t *out, const uint32_t *words, uint32_t *next, int *done) {
+    if (out->kind != PL_RECEIVED_MESSAGE) return false;
+    if (out->id == 9 && out->reply != NULL) {
+        CHECK_OK(pl_port_send(out->reply, 10, NULL, 0, NULL, 5000 * MS));
+        pl_port_release_send(out->reply);
+        (*done)++;
+        return true;
+    }
+    if (out->id != 20 || out->size != 8 || words[0] >= SC_SENDERS || words[1] != next[words[0]]) {
+        fprintf(stderr, "senders_to_checked_in_port: id %d, %u bytes, sender %u, seq %u (expected %u)\n", out->id,
+                out->size, words[0], words[1], words[0] < SC_SENDERS ? next[words[0]] : 0);
+        return false;
+    }
+    next[words[0]]++;
+    return true;
+}
+
+static void senders_to_checked_in_port_body(void) {
+    char dir[] = "/tmp/pl-stress-sc-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    pl_port_t *port;
+    pl_port_set_t *set;
+    /* A short queue: the senders wait for credit most of the time, and each receive gives room back. */
+    CHECK_OK(pl_port_create(8, 64, &port));
+    CHECK_OK(pl_port_set_create(&set));
+    CHECK_OK(pl_port_set_insert(set, port));
+    CHECK_OK(pl_service_check_in(dir, "svc", port, NULL));
+    pid_t children[SC_SENDERS];
+    for (uint32_t i = 0; i < SC_SENDERS; i++) {
+        children[i] = fork();
+        CHECK(children[i] >= 0);
+        if (children[i] == 0) sc_sender(dir, i);
+    }
+    uint32_t next[SC_SENDERS] = { 0 };
+    int done = 0;
+    bool intact = true;
+    pl_status_t status = PL_OK;
+    pl_received_t outs[SC_BATCH];
+    uint64_t buffer[SC_BATCH * 2];
+    while (intact && done < SC_SENDERS) {
+        uint32_t count = 0;
+        status = pl_port_set_receive_batch_taking(set, outs, NULL, SC_BATCH, buffer, sizeof buffer, &count);
+        for (uint32_t i = 0; i < count && intact; i++) {
+            intact = sc_take(&outs[i], (const uint32_t *)((const char *)buffer + outs[i].offset), next, &done);
+        }
+        if (count > 0 || !intact) continue;
+        status = pl_port_set_receive(set, &outs[0], buffer, sizeof buffer, 20000 * MS);
+        if (status != PL_OK) break;
+        intact = sc_take(&outs[0], (const uint32_t *)buffer, next, &done);
+    }
+    for (uint32_t i = 0; i < SC_SENDERS; i++) {
+        if (next[i] != SC_MESSAGES) {
+            fprintf(stderr, "senders_to_checked_in_port: sender %u: %u of %u messages (%s)\n", i, next[i], SC_MESSAGES,
+                    intact ? pl_status_describe(status) : "out of order");
+        }
+        CHECK(next[i] == SC_MESSAGES);
+    }
+    CHECK(intact && done == SC_SENDERS);
+    for (uint32_t i = 0; i < SC_SENDERS; i++) {
+        if (done < SC_SENDERS) kill(children[i], SIGKILL);
+        int wait_status = 0;
+        CHECK(waitpid(children[i], &wait_status, 0) == children[i]);
+        /* 1: valgrind's verdict on the memory the child inherited; 2 to 4: the child's own failures. */
+        CHECK(done < SC_SENDERS || (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) <= 1));
+    }
+    CHECK_OK(pl_port_destroy(port));
+    pl_port_set_release(set);
+    remove_service_dir(dir);
+}
+
+static void scenario_senders_to_checked_in_port(void) { run_in_own_process(senders_to_checked_in_port_body); }
+
 /* ---- fragments_in_place ------------------------------------------------------------------------- */
 
 #define FRAGMENTED_SIZE 200000u /* four fragments: three full, the last 3,548 bytes */
@@ -3645,6 +3745,7 @@ int main(int argc, char **argv) {
         { "ring_stuck_bell", scenario_ring_stuck_bell },
         { "ring_fork_stream", scenario_ring_fork_stream },
         { "ring_stream_to_set", scenario_ring_stream_to_set },
+        { "senders_to_checked_in_port", scenario_senders_to_checked_in_port },
         { "fragments_in_place", scenario_fragments_in_place },
         { "ring_switch_mid_batch", scenario_ring_switch_mid_batch },
         { "payload_cache", scenario_payload_cache },
