@@ -74,6 +74,11 @@
  *                            8, so that they wait for credit, received in batches: each message once, in its
  *                            sender's order. Under helgrind it also checks that check-in, the credit given back to
  *                            waiting senders and the transport take their locks in one order
+ *   exit_flush               a child process queues 1 MiB or more for a stopped service and calls exit(): with the
+ *                            service resumed 100 ms later, its exit flush delivers every message; with the service
+ *                            left stopped, exit() returns after the flush's bound (a second). Under helgrind it
+ *                            also checks that the flush and the writers take the transport's and a connection's
+ *                            locks in one order
  *   fragments_in_place       a connection driven by hand with a message of four fragments: later fragments are
  *                            read straight into the reassembly buffer, one packet or a batch at a time; a control
  *                            frame between fragments, a last fragment packed with another message, and a fragment
@@ -3121,6 +3126,90 @@ static void senders_to_checked_in_port_body(void) {
 
 static void scenario_senders_to_checked_in_port(void) { run_in_own_process(senders_to_checked_in_port_body); }
 
+/* ---- exit_flush ------------------------------------------------------------------------------------- */
+
+enum { EF_SIZE = 32768, EF_MOST = 64 };
+
+/* A child of the scenario's process, forked before that process has threads: looks the service up, says so, waits
+ * for the go (the service is stopped by then), queues what it can of EF_MOST messages (a send waits 100 ms at most),
+ * says how many, and calls exit(): what still waits in its connection's queue is the exit flush's. */
+static void ef_sender(const char *dir, int to_parent, int from_parent) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    pl_port_t *service = NULL;
+    char byte = 'L';
+    if (pl_service_look_up(dir, "svc", 5000 * MS, &service) != PL_OK) _exit(2);
+    if (write(to_parent, &byte, 1) != 1 || read(from_parent, &byte, 1) != 1) _exit(3);
+    static uint8_t payload[EF_SIZE];
+    uint32_t sent = 0;
+    while (sent < EF_MOST && pl_port_send(service, 30, payload, sizeof payload, NULL, 100 * MS) == PL_OK) sent++;
+    if (write(to_parent, &sent, sizeof sent) != sizeof sent) _exit(4);
+    exit(0);
+}
+
+/* A child streams into a stopped service's full socket and calls exit(). `resume`: the service goes on 100 ms later,
+ * and the flush delivers every message; otherwise exit() gives up after its bound (a second). Either way exit()
+ * returns. */
+static void exit_flush_round(bool resume) {
+    char dir[] = "/tmp/pl-stress-ef-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    pid_t service = fork_idle_service(dir, 1024, EF_SIZE);
+    int up[2], down[2];
+    CHECK(pipe2(up, O_CLOEXEC) == 0 && pipe2(down, O_CLOEXEC) == 0);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) ef_sender(dir, up[1], down[0]);
+    close(up[1]);
+    close(down[0]);
+    char byte = 0;
+    uint32_t sent = 0;
+    CHECK(read(up[0], &byte, 1) == 1 && byte == 'L');
+    CHECK(kill(service, SIGSTOP) == 0);
+    byte = 'G';
+    CHECK(write(down[1], &byte, 1) == 1);
+    CHECK(read(up[0], &sent, sizeof sent) == sizeof sent);
+    /* More than a Unix socket holds (212,992 bytes by default): the rest waits in the child's queue at exit. */
+    CHECK(sent * EF_SIZE > 1024 * 1024);
+    int64_t exiting = now_ns();
+    sleep_us(100000);
+    if (resume) CHECK(kill(service, SIGCONT) == 0);
+    int status = 0;
+    pid_t done = 0;
+    while ((done = waitpid(child, &status, WNOHANG)) == 0 && now_ns() - exiting < 10000 * MS) sleep_us(1000);
+    int64_t took = now_ns() - exiting;
+    if (done == 0) {
+        fprintf(stderr, "exit_flush: the child's exit() did not return in 10 s\n");
+        kill(child, SIGKILL);
+        waitpid(child, &status, 0);
+    }
+    /* 1: valgrind's verdict on the memory the child inherited. */
+    CHECK(done == child && WIFEXITED(status) && WEXITSTATUS(status) <= 1);
+    if (!resume) {
+        CHECK(took < 5000 * MS); /* the flush's bound is a second */
+        CHECK(kill(service, SIGCONT) == 0);
+    }
+    pl_port_t *right = NULL;
+    pl_service_status_t answer = { 0 };
+    CHECK_OK(pl_service_look_up(dir, "svc", 5000 * MS, &right));
+    CHECK_OK(pl_service_status(right, 0, 5000 * MS, &answer));
+    if (resume && answer.queue_depth != sent) {
+        fprintf(stderr, "exit_flush: %u messages sent, %u arrived\n", sent, answer.queue_depth);
+    }
+    CHECK(resume ? answer.queue_depth == sent : answer.queue_depth < sent);
+    CHECK_OK(pl_port_release_send(right));
+    kill(service, SIGKILL);
+    CHECK(waitpid(service, &status, 0) == service);
+    close(up[0]);
+    close(down[1]);
+    remove_service_dir(dir);
+}
+
+static void exit_flush_delivers_body(void) { exit_flush_round(true); }
+static void exit_flush_bounded_body(void) { exit_flush_round(false); }
+static void scenario_exit_flush(void) {
+    run_in_own_process(exit_flush_delivers_body);
+    run_in_own_process(exit_flush_bounded_body);
+}
+
 /* ---- fragments_in_place ------------------------------------------------------------------------- */
 
 #define FRAGMENTED_SIZE 200000u /* four fragments: three full, the last 3,548 bytes */
@@ -3746,6 +3835,7 @@ int main(int argc, char **argv) {
         { "ring_fork_stream", scenario_ring_fork_stream },
         { "ring_stream_to_set", scenario_ring_stream_to_set },
         { "senders_to_checked_in_port", scenario_senders_to_checked_in_port },
+        { "exit_flush", scenario_exit_flush },
         { "fragments_in_place", scenario_fragments_in_place },
         { "ring_switch_mid_batch", scenario_ring_switch_mid_batch },
         { "payload_cache", scenario_payload_cache },
