@@ -66,6 +66,10 @@ STRESS_SOURCES  = Tests/CStress/pl_stress.c $(wildcard CShims/*.c)
 STRESS_CFLAGS   = -std=gnu11 -O1 -g -Wall -Wextra -pthread -ICShims/include -ICShims
 STRESS_LIBS     = $(DISPATCH_LIBS)
 SANITIZE        = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+# Each run of the stress program has a time limit (seconds after it, 15 to 30 times its usual time): a deadlock in the
+# C layer, which these runs are there to find, fails `make test` instead of hanging it. timeout(1) signals the
+# program's whole process group, the scenarios' children with it.
+STRESS_TIMEOUT  = timeout -k 30
 
 .PHONY: all deps build test leakcheck stress-valgrind stress-tsan stress-helgrind valgrind-deps fuzz fuzz-quick bench-deps bench-build bench bench-quick bench-plot-deps bench-plots demo demo-ipc echod-test clean
 
@@ -135,7 +139,7 @@ leakcheck: deps valgrind-deps
 	$(CC_SANITIZE) $(STRESS_CFLAGS) $(SANITIZE) -fuse-ld=lld -o $(STRESS_DIR)/pl_stress_asan $(STRESS_SOURCES) $(STRESS_LIBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=23 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    $(STRESS_DIR)/pl_stress_asan
+	    $(STRESS_TIMEOUT) 900 $(STRESS_DIR)/pl_stress_asan
 	$(MAKE) --no-print-directory stress-valgrind
 	$(MAKE) --no-print-directory stress-tsan
 	$(MAKE) --no-print-directory stress-helgrind
@@ -199,7 +203,8 @@ fuzz: $(FUZZ_DIR)/pl_fuzz_model $(FUZZ_DIR)/pl_fuzz_wire $(FUZZ_DIR)/pl_fuzz_rin
 stress-valgrind: deps valgrind-deps
 	@mkdir -p $(STRESS_DIR)
 	$(CC_STRESS) $(STRESS_CFLAGS) -gdwarf-4 -o $(STRESS_DIR)/pl_stress $(STRESS_SOURCES) $(STRESS_LIBS)
-	valgrind -q --fair-sched=yes --child-silent-after-fork=yes --leak-check=full --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible \
+	$(STRESS_TIMEOUT) 900 valgrind -q --fair-sched=yes --child-silent-after-fork=yes --leak-check=full \
+	    --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible \
 	    --error-exitcode=1 $(STRESS_DIR)/pl_stress
 
 # The same program under ThreadSanitizer (about 20 s): data races in the C layer, whose atomics it understands (the
@@ -211,21 +216,21 @@ stress-tsan: deps
 	@mkdir -p $(STRESS_DIR)
 	$(CC_SANITIZE) $(STRESS_CFLAGS) -fsanitize=thread -fno-omit-frame-pointer -fuse-ld=lld -o $(STRESS_DIR)/pl_stress_tsan \
 	    $(STRESS_SOURCES) $(STRESS_LIBS) $(if $(SWIFT_RUNTIME_DIR),-lBlocksRuntime)
-	TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 $(STRESS_DIR)/pl_stress_tsan
+	TSAN_OPTIONS=halt_on_error=1:die_after_fork=0 $(STRESS_TIMEOUT) 900 $(STRESS_DIR)/pl_stress_tsan
 
 # The same program under helgrind (about 3 min): lock-order inversions, which are deadlocks waiting for the wrong
-# moment (two threads taking two locks in opposite orders), and misuse of the pthread API, none of which
-# ThreadSanitizer reports on Linux. Helgrind sees an inversion as soon as both orders have happened once, in one
-# process, whatever the timing. One log per process (the scenarios fork); Tests/CStress/helgrind-verdict.sh reads
-# them. Races are suppressed (Tests/CStress/helgrind.supp: helgrind does not model C11 atomics); --history-level=none
-# keeps it fast, at the cost of the second stack of a race, which is not reported anyway.
+# moment (two threads taking two locks in opposite orders), and misuse of the pthread API. Helgrind sees an
+# inversion as soon as both orders have happened once in one process, whatever the timing; the Swift toolchain's
+# ThreadSanitizer (LLVM 21) reports none. One log per process (the scenarios fork); Tests/CStress/helgrind-verdict.sh
+# reads them. Races are suppressed (Tests/CStress/helgrind.supp: helgrind does not model C11 atomics);
+# --history-level=none keeps it fast, at the cost of the second stack of a race, which is not reported anyway.
 HELGRIND_LOGS = $(STRESS_DIR)/helgrind
 stress-helgrind: deps valgrind-deps
 	@mkdir -p $(STRESS_DIR)
 	$(CC_STRESS) $(STRESS_CFLAGS) -gdwarf-4 -o $(STRESS_DIR)/pl_stress $(STRESS_SOURCES) $(STRESS_LIBS)
 	rm -rf $(HELGRIND_LOGS) && mkdir -p $(HELGRIND_LOGS)
-	valgrind -q --tool=helgrind --fair-sched=yes --history-level=none --suppressions=Tests/CStress/helgrind.supp \
-	    --log-file=$(HELGRIND_LOGS)/%p.log $(STRESS_DIR)/pl_stress
+	$(STRESS_TIMEOUT) 1800 valgrind -q --tool=helgrind --fair-sched=yes --history-level=none \
+	    --suppressions=Tests/CStress/helgrind.supp --log-file=$(HELGRIND_LOGS)/%p.log $(STRESS_DIR)/pl_stress
 	Tests/CStress/helgrind-verdict.sh $(HELGRIND_LOGS)/*.log
 
 # The benchmarks' gRPC peer (grpc-swift-nio-transport) links zlib: install zlib1g-dev when its header is missing.

@@ -76,9 +76,8 @@
  *                            waiting senders and the transport take their locks in one order
  *   exit_flush               a child process queues 1 MiB or more for a stopped service and calls exit(): with the
  *                            service resumed 100 ms later, its exit flush delivers every message; with the service
- *                            left stopped, exit() returns after the flush's bound (a second). Under helgrind it
- *                            also checks that the flush and the writers take the transport's and a connection's
- *                            locks in one order
+ *                            left stopped, exit() returns after the flush's bound (a second). (Helgrind sees only
+ *                            the lock orders of the paths it runs: not those of a write failing during the flush)
  *   fragments_in_place       a connection driven by hand with a message of four fragments: later fragments are
  *                            read straight into the reassembly buffer, one packet or a batch at a time; a control
  *                            frame between fragments, a last fragment packed with another message, and a fragment
@@ -1356,6 +1355,18 @@ static void scenario_handle_wrap(void) {
     pl_conn_release(conn);
 }
 
+/* fork(), where the scenario cannot go on without the child: a failed fork ends the calling process at once (a
+ * scenario's own process, which then fails its scenario; or the stress program) rather than leave -1 as the child's
+ * pid, which kill() would take for every process there is. */
+static pid_t fork_or_end(void) {
+    pid_t child = fork();
+    if (child < 0) {
+        fprintf(stderr, "%s: fork: %s\n", current_scenario, strerror(errno));
+        _exit(6);
+    }
+    return child;
+}
+
 /* Removes a scenario's namespace directory with what service "svc" may have left in it (its lock, its socket). */
 static void remove_service_dir(const char *dir) {
     char path[96];
@@ -1374,8 +1385,7 @@ static void fork_child_body(void) {
     pl_port_t *port;
     CHECK_OK(pl_port_create(64, 64, &port));
     CHECK_OK(pl_service_check_in(dir, "svc", port, NULL));
-    pid_t child = fork();
-    CHECK(child >= 0);
+    pid_t child = fork_or_end();
     if (child == 0) {
         pl_port_t *service = NULL;
         pl_status_t status = pl_service_look_up(dir, "svc", 5000 * MS, &service);
@@ -1409,8 +1419,7 @@ static void fork_child_body(void) {
 
     /* A child that lives on holds none of the service's descriptors (its fork handler closed its copies): the
      * parent withdraws the name, lock and all, and checks it in again at once. */
-    pid_t sleeper = fork();
-    CHECK(sleeper >= 0);
+    pid_t sleeper = fork_or_end();
     if (sleeper == 0) {
         for (;;) pause();
     }
@@ -1434,8 +1443,7 @@ static void fork_child_body(void) {
 static pid_t fork_idle_service(const char *dir, uint32_t queue_limit, uint32_t max_size) {
     int ready[2];
     CHECK(pipe(ready) == 0);
-    pid_t child = fork();
-    CHECK(child >= 0);
+    pid_t child = fork_or_end();
     if (child == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         pl_port_t *port;
@@ -1738,8 +1746,7 @@ static void fork_during_connections_body(void) {
     CHECK(stale >= 0 && bind(stale, (struct sockaddr *)&gone_address, sizeof gone_address) == 0);
     close(stale); /* the name stays, refusing */
 
-    pid_t connector = fork();
-    CHECK(connector >= 0);
+    pid_t connector = fork_or_end();
     if (connector == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never left spinning */
         if (getppid() == 1) _exit(4);
@@ -2844,8 +2851,7 @@ static void scenario_ring_fork_stream(void) {
     CHECK_OK(pl_ring_create(&ring, &memfd, &bell));
     CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, channel) == 0);
     rs_plan();
-    pid_t child = fork();
-    CHECK(child >= 0);
+    pid_t child = fork_or_end();
     if (child == 0) {
         close(channel[0]);
         rs_writer(ring, memfd, bell, channel[1]);
@@ -2947,8 +2953,7 @@ static void ring_stream_to_set_body(void) {
     static uint32_t payload[RSS_LARGEST / 4];
     for (int round = 0; round < RSS_ROUNDS && atomic_load(&scenario_failures) == 0; round++) {
         uint32_t size = sizes[round], count = counts[round], words = size / 4;
-        pid_t child = fork();
-        CHECK(child >= 0);
+        pid_t child = fork_or_end();
         if (child == 0) {
             pl_port_t *service = NULL;
             if (pl_service_look_up(dir, "svc", 5000 * MS, &service) != PL_OK) _exit(2);
@@ -3083,8 +3088,7 @@ static void senders_to_checked_in_port_body(void) {
     CHECK_OK(pl_service_check_in(dir, "svc", port, NULL));
     pid_t children[SC_SENDERS];
     for (uint32_t i = 0; i < SC_SENDERS; i++) {
-        children[i] = fork();
-        CHECK(children[i] >= 0);
+        children[i] = fork_or_end();
         if (children[i] == 0) sc_sender(dir, i);
     }
     uint32_t next[SC_SENDERS] = { 0 };
@@ -3155,8 +3159,7 @@ static void exit_flush_round(bool resume) {
     pid_t service = fork_idle_service(dir, 1024, EF_SIZE);
     int up[2], down[2];
     CHECK(pipe2(up, O_CLOEXEC) == 0 && pipe2(down, O_CLOEXEC) == 0);
-    pid_t child = fork();
-    CHECK(child >= 0);
+    pid_t child = fork_or_end();
     if (child == 0) ef_sender(dir, up[1], down[0]);
     close(up[1]);
     close(down[0]);
