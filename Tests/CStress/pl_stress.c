@@ -76,8 +76,9 @@
  *                            waiting senders and the transport take their locks in one order
  *   exit_flush               a child process queues 1 MiB or more for a stopped service and calls exit(): with the
  *                            service resumed 100 ms later, its exit flush delivers every message; with the service
- *                            left stopped, exit() returns after the flush's bound (a second). (Helgrind sees only
- *                            the lock orders of the paths it runs: not those of a write failing during the flush)
+ *                            left stopped, exit() returns after the flush's bound (a second); with its connection's
+ *                            shared-memory ring broken just before exit() (the read index out of bounds), the flush
+ *                            ends the connection and exit() returns
  *   fragments_in_place       a connection driven by hand with a message of four fragments: later fragments are
  *                            read straight into the reassembly buffer, one packet or a batch at a time; a control
  *                            frame between fragments, a last fragment packed with another message, and a fragment
@@ -3134,33 +3135,63 @@ static void scenario_senders_to_checked_in_port(void) { run_in_own_process(sende
 
 enum { EF_SIZE = 32768, EF_MOST = 64 };
 
+/* How a round ends: the service resumes during the exit flush; it stays stopped; or it stays stopped and the child's
+ * connection goes by shared-memory ring, whose read index the child breaks just before exit(). */
+typedef enum { EF_RESUMED, EF_STOPPED, EF_BROKEN_RING } ef_round_t;
+
+/* This process's copy of the read index of the client's direction of a shared-memory ring (the one a writer reads
+ * to find room), found through /proc/self/maps; NULL when no ring is mapped. */
+static _Atomic uint32_t *ef_ring_head(void) {
+    FILE *maps = fopen("/proc/self/maps", "r");
+    if (maps == NULL) return NULL;
+    char line[512];
+    unsigned long start = 0;
+    while (fgets(line, sizeof line, maps) != NULL) {
+        if (strstr(line, "portloop-ring") != NULL && sscanf(line, "%lx-", &start) == 1) break;
+        start = 0;
+    }
+    fclose(maps);
+    return start != 0 ? (_Atomic uint32_t *)(uintptr_t)(start + RING_HEAD(0)) : NULL;
+}
+
 /* A child of the scenario's process, forked before that process has threads: looks the service up, says so, waits
  * for the go (the service is stopped by then), queues what it can of EF_MOST messages (a send waits 100 ms at most),
- * says how many, and calls exit(): what still waits in its connection's queue is the exit flush's. */
-static void ef_sender(const char *dir, int to_parent, int from_parent) {
+ * says how many, and calls exit(): what still waits in its connection's queue is the exit flush's. With a broken
+ * ring, the flush's first look for room finds the read index out of bounds and ends the connection. */
+static void ef_sender(const char *dir, int to_parent, int from_parent, ef_round_t round) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (round == EF_BROKEN_RING) pl_set_shared_rings(PL_RINGS_ALWAYS);
     pl_port_t *service = NULL;
     char byte = 'L';
     if (pl_service_look_up(dir, "svc", 5000 * MS, &service) != PL_OK) _exit(2);
+    _Atomic uint32_t *head = NULL;
+    if (round == EF_BROKEN_RING) {
+        /* The ring offer went with the look-up; the answer to a status query comes after the service's acceptance,
+         * on the same connection. */
+        pl_service_status_t status;
+        if (pl_service_status(service, 0, 5000 * MS, &status) != PL_OK || (head = ef_ring_head()) == NULL) _exit(5);
+    }
     if (write(to_parent, &byte, 1) != 1 || read(from_parent, &byte, 1) != 1) _exit(3);
     static uint8_t payload[EF_SIZE];
     uint32_t sent = 0;
     while (sent < EF_MOST && pl_port_send(service, 30, payload, sizeof payload, NULL, 100 * MS) == PL_OK) sent++;
     if (write(to_parent, &sent, sizeof sent) != sizeof sent) _exit(4);
+    if (head != NULL) atomic_store(head, 0xfffffff1u); /* read ahead of the tail, and misaligned */
     exit(0);
 }
 
-/* A child streams into a stopped service's full socket and calls exit(). `resume`: the service goes on 100 ms later,
- * and the flush delivers every message; otherwise exit() gives up after its bound (a second). Either way exit()
- * returns. */
-static void exit_flush_round(bool resume) {
+/* A child streams into a stopped service's full socket or ring and calls exit(), which returns however the round
+ * ends: when the service resumes 100 ms later, the flush delivers every message; when it stays stopped, exit()
+ * gives up after the flush's bound (a second); when the ring breaks, the flush ends the connection, which takes the
+ * transport's lock: a flush that held it would wait for itself. */
+static void exit_flush_round(ef_round_t round) {
     char dir[] = "/tmp/pl-stress-ef-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
     pid_t service = fork_idle_service(dir, 1024, EF_SIZE);
     int up[2], down[2];
     CHECK(pipe2(up, O_CLOEXEC) == 0 && pipe2(down, O_CLOEXEC) == 0);
     pid_t child = fork_or_end();
-    if (child == 0) ef_sender(dir, up[1], down[0]);
+    if (child == 0) ef_sender(dir, up[1], down[0], round);
     close(up[1]);
     close(down[0]);
     char byte = 0;
@@ -3170,23 +3201,26 @@ static void exit_flush_round(bool resume) {
     byte = 'G';
     CHECK(write(down[1], &byte, 1) == 1);
     CHECK(read(up[0], &sent, sizeof sent) == sizeof sent);
-    /* More than a Unix socket holds (212,992 bytes by default): the rest waits in the child's queue at exit. */
+    /* More than a Unix socket holds (212,992 bytes by default) or than the ring lets a writer use: the rest waits in
+     * the child's queue at exit. */
     CHECK(sent * EF_SIZE > 1024 * 1024);
     int64_t exiting = now_ns();
-    sleep_us(100000);
-    if (resume) CHECK(kill(service, SIGCONT) == 0);
+    if (round == EF_RESUMED) {
+        sleep_us(100000);
+        CHECK(kill(service, SIGCONT) == 0);
+    }
     int status = 0;
     pid_t done = 0;
     while ((done = waitpid(child, &status, WNOHANG)) == 0 && now_ns() - exiting < 10000 * MS) sleep_us(1000);
     int64_t took = now_ns() - exiting;
     if (done == 0) {
-        fprintf(stderr, "exit_flush: the child's exit() did not return in 10 s\n");
+        fprintf(stderr, "exit_flush: round %d: the child's exit() did not return in 10 s\n", (int)round);
         kill(child, SIGKILL);
         waitpid(child, &status, 0);
     }
     /* 1: valgrind's verdict on the memory the child inherited. */
     CHECK(done == child && WIFEXITED(status) && WEXITSTATUS(status) <= 1);
-    if (!resume) {
+    if (round != EF_RESUMED) {
         CHECK(took < 5000 * MS); /* the flush's bound is a second */
         CHECK(kill(service, SIGCONT) == 0);
     }
@@ -3194,10 +3228,11 @@ static void exit_flush_round(bool resume) {
     pl_service_status_t answer = { 0 };
     CHECK_OK(pl_service_look_up(dir, "svc", 5000 * MS, &right));
     CHECK_OK(pl_service_status(right, 0, 5000 * MS, &answer));
-    if (resume && answer.queue_depth != sent) {
+    if (round == EF_RESUMED && answer.queue_depth != sent) {
         fprintf(stderr, "exit_flush: %u messages sent, %u arrived\n", sent, answer.queue_depth);
     }
-    CHECK(resume ? answer.queue_depth == sent : answer.queue_depth < sent);
+    /* What a broken ring held may or may not be read before its connection ends: only that not all came. */
+    CHECK(round == EF_RESUMED ? answer.queue_depth == sent : answer.queue_depth < sent);
     CHECK_OK(pl_port_release_send(right));
     kill(service, SIGKILL);
     CHECK(waitpid(service, &status, 0) == service);
@@ -3206,11 +3241,13 @@ static void exit_flush_round(bool resume) {
     remove_service_dir(dir);
 }
 
-static void exit_flush_delivers_body(void) { exit_flush_round(true); }
-static void exit_flush_bounded_body(void) { exit_flush_round(false); }
+static void exit_flush_resumed_body(void) { exit_flush_round(EF_RESUMED); }
+static void exit_flush_stopped_body(void) { exit_flush_round(EF_STOPPED); }
+static void exit_flush_broken_ring_body(void) { exit_flush_round(EF_BROKEN_RING); }
 static void scenario_exit_flush(void) {
-    run_in_own_process(exit_flush_delivers_body);
-    run_in_own_process(exit_flush_bounded_body);
+    run_in_own_process(exit_flush_resumed_body);
+    run_in_own_process(exit_flush_stopped_body);
+    run_in_own_process(exit_flush_broken_ring_body);
 }
 
 /* ---- fragments_in_place ------------------------------------------------------------------------- */
