@@ -66,9 +66,9 @@ STRESS_SOURCES  = Tests/CStress/pl_stress.c $(wildcard CShims/*.c)
 STRESS_CFLAGS   = -std=gnu11 -O1 -g -Wall -Wextra -pthread -ICShims/include -ICShims
 STRESS_LIBS     = $(DISPATCH_LIBS)
 SANITIZE        = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
-# Each run of the stress program has a time limit (seconds after it, 15 to 30 times its usual time): a deadlock in the
-# C layer, which these runs are there to find, fails `make test` instead of hanging it. timeout(1) signals the
-# program's whole process group, the scenarios' children with it.
+# Each run of the stress program has a time limit, in seconds after $(STRESS_TIMEOUT), far above its usual time: a
+# deadlock in the C layer, which these runs are there to find, fails `make test` instead of hanging it. timeout(1)
+# signals the program's whole process group, the scenarios' children with it.
 STRESS_TIMEOUT  = timeout -k 30
 
 .PHONY: all deps build test leakcheck stress-valgrind stress-tsan stress-helgrind valgrind-deps fuzz fuzz-quick bench-deps bench-build bench bench-quick bench-plot-deps bench-plots demo demo-ipc echod-test clean
@@ -196,10 +196,10 @@ fuzz: $(FUZZ_DIR)/pl_fuzz_model $(FUZZ_DIR)/pl_fuzz_wire $(FUZZ_DIR)/pl_fuzz_rin
 	    $(FUZZ_DIR)/ring-corpus Tests/CFuzz/ring-corpus
 
 # The same program without sanitizers, under valgrind's leak checker (about 25 s on 2 cores; part of `leakcheck`).
-# DWARF 4: valgrind cannot read the DWARF 5 that newer clangs write. --child-silent-after-fork: the fork scenario's child inherits the parent's memory,
-# which valgrind would report as its leaks. --fair-sched: valgrind runs one thread at a time, and by default a thread
-# spinning on the port layer's adaptive mutexes (descriptor_for_waiter's pollers) can keep the others from
-# running for minutes.
+# DWARF 4: valgrind cannot read the DWARF 5 that newer clangs write. --child-silent-after-fork: the fork scenarios'
+# children inherit the parent's memory, which valgrind would report as their leaks. --fair-sched: valgrind runs one
+# thread at a time, and by default a thread spinning on the port layer's adaptive mutexes (descriptor_for_waiter's
+# pollers) can keep the others from running for minutes.
 stress-valgrind: deps valgrind-deps
 	@mkdir -p $(STRESS_DIR)
 	$(CC_STRESS) $(STRESS_CFLAGS) -gdwarf-4 -o $(STRESS_DIR)/pl_stress $(STRESS_SOURCES) $(STRESS_LIBS)
