@@ -195,14 +195,17 @@ fuzz: $(FUZZ_DIR)/pl_fuzz_model $(FUZZ_DIR)/pl_fuzz_wire $(FUZZ_DIR)/pl_fuzz_rin
 	$(FUZZ_DIR)/pl_fuzz_ring -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	    $(FUZZ_DIR)/ring-corpus Tests/CFuzz/ring-corpus
 
-# The same program without sanitizers, under valgrind's leak checker (about 25 s on 2 cores; part of `leakcheck`).
-# DWARF 4: valgrind cannot read the DWARF 5 that newer clangs write. --child-silent-after-fork: the fork scenarios'
-# children inherit the parent's memory, which valgrind would report as their leaks. --fair-sched: valgrind runs one
-# thread at a time, and by default a thread spinning on the port layer's adaptive mutexes (descriptor_for_waiter's
-# pollers) can keep the others from running for minutes.
-stress-valgrind: deps valgrind-deps
+# The stress program without sanitizers, for valgrind (memcheck and helgrind): built once for both. DWARF 4: valgrind
+# cannot read the DWARF 5 that newer clangs write.
+$(STRESS_DIR)/pl_stress: $(STRESS_SOURCES) $(wildcard CShims/*.h CShims/include/*.h)
 	@mkdir -p $(STRESS_DIR)
-	$(CC_STRESS) $(STRESS_CFLAGS) -gdwarf-4 -o $(STRESS_DIR)/pl_stress $(STRESS_SOURCES) $(STRESS_LIBS)
+	$(CC_STRESS) $(STRESS_CFLAGS) -gdwarf-4 -o $@ $(STRESS_SOURCES) $(STRESS_LIBS)
+
+# That program under valgrind's leak checker (about 25 s on 2 cores; part of `leakcheck`). --child-silent-after-fork:
+# the fork scenarios' children inherit the parent's memory, which valgrind would report as their leaks. --fair-sched:
+# valgrind runs one thread at a time, and by default a thread spinning on the port layer's adaptive mutexes
+# (descriptor_for_waiter's pollers) can keep the others from running for minutes.
+stress-valgrind: deps valgrind-deps $(STRESS_DIR)/pl_stress
 	$(STRESS_TIMEOUT) 900 valgrind -q --fair-sched=yes --child-silent-after-fork=yes --leak-check=full \
 	    --show-leak-kinds=definite,indirect,possible --errors-for-leak-kinds=definite,indirect,possible \
 	    --error-exitcode=1 $(STRESS_DIR)/pl_stress
@@ -225,9 +228,7 @@ stress-tsan: deps
 # reads them. Races are suppressed (Tests/CStress/helgrind.supp: helgrind does not model C11 atomics);
 # --history-level=none keeps it fast, at the cost of the second stack of a race, which is not reported anyway.
 HELGRIND_LOGS = $(STRESS_DIR)/helgrind
-stress-helgrind: deps valgrind-deps
-	@mkdir -p $(STRESS_DIR)
-	$(CC_STRESS) $(STRESS_CFLAGS) -gdwarf-4 -o $(STRESS_DIR)/pl_stress $(STRESS_SOURCES) $(STRESS_LIBS)
+stress-helgrind: deps valgrind-deps $(STRESS_DIR)/pl_stress
 	rm -rf $(HELGRIND_LOGS) && mkdir -p $(HELGRIND_LOGS)
 	$(STRESS_TIMEOUT) 1800 valgrind -q --tool=helgrind --fair-sched=yes --history-level=none \
 	    --suppressions=Tests/CStress/helgrind.supp --log-file=$(HELGRIND_LOGS)/%p.log $(STRESS_DIR)/pl_stress

@@ -1729,7 +1729,6 @@ static void *refused_look_ups(void *arg) {
     return NULL;
 }
 
-
 /* 100 children forked while connections' sockets are being made: a process that connects to this one's service and
  * hangs up, over and over (each accepted by the transport), and a thread that looks up a name no one serves (a
  * socket made and refused). A child holds none of these sockets once its fork handler ran: a connection's socket
@@ -2929,6 +2928,27 @@ static void scenario_ring_fork_stream(void) {
 
 enum { RSS_ROUNDS = 6, RSS_LARGEST = 4096 };
 
+/* A streaming child's end: a last message (id 9) with a port for the answer, which the receiver gives once it has
+ * taken everything before it (stream_answer_last); then _exit, 0 or 4 when that failed. What still waited in this
+ * process's outgoing queue would die with the _exit. */
+static _Noreturn void stream_end_and_exit(pl_port_t *service) {
+    pl_port_t *reply = NULL;
+    pl_received_t answer;
+    if (pl_port_create(1, 16, &reply) != PL_OK || pl_port_send(service, 9, NULL, 0, reply, PL_TIMEOUT_FOREVER) != PL_OK ||
+        pl_port_receive(reply, &answer, NULL, 0, 20000 * MS) != PL_OK) {
+        _exit(4);
+    }
+    _exit(0);
+}
+
+/* The receiver's side of stream_end_and_exit: answers the last message `out` on its reply port. */
+static void stream_answer_last(const pl_received_t *out) {
+    CHECK(out->reply != NULL);
+    if (out->reply == NULL) return;
+    CHECK_OK(pl_port_send(out->reply, 10, NULL, 0, NULL, 5000 * MS));
+    pl_port_release_send(out->reply);
+}
+
 /* Rounds of small messages, then of 4 KiB ones, which fill the ring faster than the receiver, slowed down, empties it.
  *
  * The receiver reads the connection's ring itself (the set feeds from it) while the transport reads it too, when
@@ -2969,16 +2989,7 @@ static void ring_stream_to_set_body(void) {
                     _exit(3);
                 }
             }
-            /* Ends once the receiver has answered a last message: everything sent before it has left this process
-             * (what waits in its outgoing queue would die with an _exit). */
-            pl_port_t *reply = NULL;
-            pl_received_t answer;
-            if (pl_port_create(1, 16, &reply) != PL_OK ||
-                pl_port_send(service, 9, NULL, 0, reply, PL_TIMEOUT_FOREVER) != PL_OK ||
-                pl_port_receive(reply, &answer, NULL, 0, 20000 * MS) != PL_OK) {
-                _exit(4);
-            }
-            _exit(0);
+            stream_end_and_exit(service);
         }
         uint32_t expected = 0;
         int64_t slowest = 0;
@@ -3012,11 +3023,8 @@ static void ring_stream_to_set_body(void) {
             /* The sender's last message, with a port for the answer it waits for before it ends. */
             pl_received_t out;
             status = pl_port_set_receive(set, &out, payload, sizeof payload, 20000 * MS);
-            CHECK(status == PL_OK && out.id == 9 && out.reply != NULL);
-            if (status == PL_OK && out.reply != NULL) {
-                CHECK_OK(pl_port_send(out.reply, 10, NULL, 0, NULL, 5000 * MS));
-                pl_port_release_send(out.reply);
-            }
+            CHECK(status == PL_OK && out.id == 9);
+            if (status == PL_OK && out.id == 9) stream_answer_last(&out);
         }
         CHECK(expected == count);
         if (slowest >= 10000 * MS) {
@@ -3041,8 +3049,7 @@ static void scenario_ring_stream_to_set(void) { run_in_own_process(ring_stream_t
 
 enum { SC_SENDERS = 3, SC_MESSAGES = 5000, SC_BATCH = 16 };
 
-/* One child: looks the service up, streams SC_MESSAGES of {sender, seq} to it, then waits for the answer to a last
- * message (what waits in its outgoing queue would die with an _exit). */
+/* One child: looks the service up, streams SC_MESSAGES of {sender, seq} to it, and ends (stream_end_and_exit). */
 static void sc_sender(const char *dir, uint32_t sender) {
     pl_port_t *service = NULL;
     if (pl_service_look_up(dir, "svc", 5000 * MS, &service) != PL_OK) _exit(2);
@@ -3050,23 +3057,16 @@ static void sc_sender(const char *dir, uint32_t sender) {
         uint32_t words[2] = { sender, seq };
         if (pl_port_send(service, 20, words, sizeof words, NULL, PL_TIMEOUT_FOREVER) != PL_OK) _exit(3);
     }
-    pl_port_t *reply = NULL;
-    pl_received_t answer;
-    if (pl_port_create(1, 16, &reply) != PL_OK || pl_port_send(service, 9, NULL, 0, reply, PL_TIMEOUT_FOREVER) != PL_OK ||
-        pl_port_receive(reply, &answer, NULL, 0, 20000 * MS) != PL_OK) {
-        _exit(4);
-    }
-    _exit(0);
+    stream_end_and_exit(service);
 }
 
 /* Checks one received message against what its sender sent so far; answers a sender's last message. */
 static bool sc_take(const pl_received_t *out, const uint32_t *words, uint32_t *next, int *done) {
     if (out->kind != PL_RECEIVED_MESSAGE) return false;
-    if (out->id == 9 && out->reply != NULL) {
-        CHECK_OK(pl_port_send(out->reply, 10, NULL, 0, NULL, 5000 * MS));
-        pl_port_release_send(out->reply);
+    if (out->id == 9) {
+        stream_answer_last(out);
         (*done)++;
-        return true;
+        return out->reply != NULL;
     }
     if (out->id != 20 || out->size != 8 || words[0] >= SC_SENDERS || words[1] != next[words[0]]) {
         fprintf(stderr, "senders_to_checked_in_port: id %d, %u bytes, sender %u, seq %u (expected %u)\n", out->id,
