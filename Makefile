@@ -29,8 +29,11 @@
 #   fuzz         the C layer's fuzz harnesses (ports against a model; the wire; the shared-memory rings) for
 #                FUZZ_SECONDS (600) each; fuzz-quick: 30 s, 60 s and 30 s, in test
 #   leakcheck    the C send/receive/destroy stress program under AddressSanitizer + LeakSanitizer + UBSan,
-#                then under valgrind's memcheck (stress-valgrind), ThreadSanitizer (stress-tsan) and helgrind
-#                for lock-order inversions (stress-helgrind); installs valgrind with apt-get when missing
+#                the C layer with its allocations failing (alloc-fail), then the stress program under
+#                valgrind's memcheck (stress-valgrind), ThreadSanitizer (stress-tsan) and helgrind for
+#                lock-order inversions (stress-helgrind); installs valgrind with apt-get when missing
+#   alloc-fail   every allocation of the C layer made to fail in turn under one workload, then all from each
+#                on (Tests/CStress/pl_alloc_fail.c; a second or two, under AddressSanitizer)
 #   clean        remove every build directory
 #
 # Every recipe line is a separate command; make stops at the first one that fails, so `make test` exits
@@ -71,7 +74,7 @@ SANITIZE        = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sani
 # signals the program's whole process group, the scenarios' children with it.
 STRESS_TIMEOUT  = timeout -k 30
 
-.PHONY: all deps build test leakcheck stress-valgrind stress-tsan stress-helgrind valgrind-deps fuzz fuzz-quick bench-deps bench-build bench bench-quick bench-plot-deps bench-plots demo demo-ipc echod-test clean
+.PHONY: all deps build test leakcheck alloc-fail stress-valgrind stress-tsan stress-helgrind valgrind-deps fuzz fuzz-quick bench-deps bench-build bench bench-quick bench-plot-deps bench-plots demo demo-ipc echod-test clean
 
 all: build
 
@@ -140,9 +143,20 @@ leakcheck: deps valgrind-deps
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=23 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	    $(STRESS_TIMEOUT) 900 $(STRESS_DIR)/pl_stress_asan
+	$(MAKE) --no-print-directory alloc-fail
 	$(MAKE) --no-print-directory stress-valgrind
 	$(MAKE) --no-print-directory stress-tsan
 	$(MAKE) --no-print-directory stress-helgrind
+
+# The allocation-failure harness: the linker's --wrap sends the C layer's malloc, calloc, realloc and strdup
+# through it. LeakSanitizer is asked after every run, so the run that leaked is named.
+ALLOC_FAIL_WRAP = -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup
+alloc-fail: deps
+	@mkdir -p $(STRESS_DIR)
+	$(CC_SANITIZE) $(STRESS_CFLAGS) $(SANITIZE) -fuse-ld=lld $(ALLOC_FAIL_WRAP) -o $(STRESS_DIR)/pl_alloc_fail \
+	    Tests/CStress/pl_alloc_fail.c $(wildcard CShims/*.c) $(STRESS_LIBS)
+	ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    $(STRESS_TIMEOUT) 300 $(STRESS_DIR)/pl_alloc_fail
 
 # valgrind for stress-valgrind and stress-helgrind, with apt-get when missing.
 valgrind-deps:

@@ -51,7 +51,7 @@ static pl_port_t *pl_once_right_received_locked(pl_conn_t *conn, pl_wire_right_t
         return NULL;
     }
     e->once--;
-    pl_port_make_send_once(e->port);
+    pl_port_add_send_once(e->port); /* back from the peer, with the slot set aside when it was made */
     return e->port;
 }
 

@@ -45,6 +45,7 @@ typedef struct pl_slot {
     uint32_t size;
     pl_port_t *reply; /* a send right owned by the message, or NULL */
     bool reply_once;  /* reply is a send-once right (pl_port_make_send_once), not a send right */
+    bool notice;      /* a notice the library posted (PL_RECEIVED_NOTIFICATION) */
     struct pl_msg_extra *extra; /* sender and attachments (pl_remote.h); NULL for a plain local message */
     union {
         unsigned char bytes[PL_INLINE_PAYLOAD];
@@ -93,8 +94,10 @@ struct pl_port {
     uint32_t waiting_receivers;
     uint32_t waiting_senders;
     uint32_t sender_wakes_pending; /* signals sent to waiting senders that they have not yet woken from */
-    pl_slot_t *ring;          /* capacity grows on demand up to qlimit */
+    pl_slot_t *ring;          /* capacity grows on demand up to qlimit, plus set_aside */
     uint32_t ring_capacity, head, count;
+    uint32_t set_aside;       /* free slots kept for what must never fail for memory: one notice per pending
+                               * notification request aimed here, one message or notice per send-once right */
     uint64_t received;        /* messages sent to it since it was made, from anywhere (put-backs not counted) */
     pl_membership_t *memberships;
     /* Across processes (pl_remote.h): */
@@ -306,19 +309,29 @@ pl_status_t pl_port_enqueue_once(pl_port_t *port, pl_slot_t *slot);
  * process). No lock held. */
 void pl_port_forget_send_once(pl_port_t *port);
 
-/* Posts the send-once notice (PL_NOTIFY_SEND_ONCE) to a local port: one of its send-once rights went unused. */
+/* Counts one more send-once right to a local port whose slot is set aside already: made for a message whose room
+ * was set aside before (pl_port_set_aside), or come back from another process. */
+void pl_port_add_send_once(pl_port_t *port);
+
+/* Posts the send-once notice (PL_NOTIFY_SEND_ONCE) to a local port: one of its send-once rights went unused. It
+ * takes the slot set aside for that right. */
 void pl_port_post_send_once_notice(pl_port_t *port);
+
+/* Sets a slot of a local port's ring aside (growing the ring now if need be) for a notice or a send-once message
+ * that will come, so that posting it later cannot fail for memory: PL_ERR_NO_MEMORY now instead. Posting takes
+ * the slot; pl_port_give_back returns one nothing will take. No lock held. */
+pl_status_t pl_port_set_aside(pl_port_t *port);
+void pl_port_give_back(pl_port_t *port);
 
 /* The cross-process part of a destroyed port's clean-up (pl_conn.c); no lock held. */
 void pl_remote_port_destroyed(pl_port_t *port);
 
 /* ---- notifications (pl_notify.c) ---- */
 
-/* Posts a notice (at most PL_INLINE_PAYLOAD bytes) to a local port, over its queue limit if need be: notices
- * are never lost and never wait. `extra` (allocated when the request was made, so that delivery allocates
- * nothing but, rarely, a larger ring) moves into the message. Dropped if the port is dead. No lock held. */
-struct pl_msg_extra;
-void pl_port_post_notice(pl_port_t *port, int32_t id, const void *payload, size_t size, struct pl_msg_extra *extra);
+/* Posts a notice (at most PL_INLINE_PAYLOAD bytes) to a local port, over its queue limit if need be, into the
+ * slot set aside for it when it was asked for (pl_port_set_aside): notices are never lost, never wait and
+ * allocate nothing. Dropped if the port is dead. No lock held. */
+void pl_port_post_notice(pl_port_t *port, int32_t id, const void *payload, size_t size);
 
 /* With the port lock held, just after its send rights fell to zero: the no-senders requests due now leave the
  * port's list; returns them for pl_notify_deliver after unlocking (NULL if none). */

@@ -10,6 +10,9 @@
  * A request holds memory references (not send rights) to both ports: a send right to the watched port would
  * keep no-senders from ever firing, and one to the notify port would do the same when a port is told about
  * itself. It is referenced by the watched port's list and by its asker's handle; releasing the handle cancels.
+ *
+ * Delivery cannot fail for memory: the request sets a slot of the notify port's queue aside when it is made
+ * (pl_port_set_aside), which is where the notice goes, and which a request that ends without one gives back.
  */
 #include "pl_remote.h"
 
@@ -26,9 +29,9 @@ struct pl_notification {
     uint64_t sync;              /* no-senders: fire only once the make-send count reaches this */
     uint64_t fired_count;       /* no-senders: the make-send count when it fired */
     bool deliver;               /* taken to fire (not to end silently) */
+    bool posted;                /* its notice went into the slot set aside for it */
     pl_port_t *port;            /* watched; a memory reference */
     pl_port_t *notify;          /* where the notice goes; a memory reference */
-    pl_msg_extra_t *extra;      /* the notice's, made with the request so that delivery cannot fail for memory */
     struct pl_notification *next;
 };
 
@@ -41,9 +44,9 @@ uint64_t pl_port_make_send_count(const pl_port_t *port) {
 
 static void pl_notification_unref(pl_notification_t *n) {
     if (atomic_fetch_sub_explicit(&n->refs, 1, memory_order_acq_rel) != 1) return;
+    if (!n->posted) pl_port_give_back(n->notify);
     pl_port_release_internal(n->port);
     pl_port_release_internal(n->notify);
-    free(n->extra); /* NULL once delivered */
     free(n);
 }
 
@@ -51,8 +54,7 @@ static pl_notification_t *pl_notification_new(pl_notify_kind_t kind, pl_port_t *
                                               uint64_t sync) {
     pl_notification_t *n = calloc(1, sizeof *n);
     if (n == NULL) return NULL;
-    n->extra = calloc(1, sizeof *n->extra);
-    if (n->extra == NULL) {
+    if (pl_port_set_aside(notify) != PL_OK) {
         free(n);
         return NULL;
     }
@@ -215,8 +217,8 @@ void pl_notify_deliver(pl_notification_t *taken) {
             pl_put_u64(notice + 8, no_senders ? n->fired_count : 0);
             pl_put_u64(notice + 16, n->id);
             pl_port_post_notice(n->notify, no_senders ? PL_NOTIFY_NO_SENDERS : PL_NOTIFY_DEAD_NAME, notice,
-                                sizeof notice, n->extra);
-            n->extra = NULL;
+                                sizeof notice);
+            n->posted = true;
         }
         pl_notification_unref(n); /* the list's reference */
     }

@@ -348,13 +348,13 @@ static void pl_port_wake_after_enqueue_unlock(pl_port_t *port, bool at_head) {
     pl_wake_list_run(&wakes);
 }
 
-/* Makes room for one more slot; the lock is held. The queue is below its limit, except when a message is put
- * back (pl_port_requeue), which may take it over. */
-static pl_status_t pl_ring_reserve_locked(pl_port_t *port) {
-    if (port->count < port->ring_capacity) return PL_OK;
+/* Grows the ring to hold `needed` slots, at most doubling it up to the limit plus the slots set aside; the lock
+ * is held. */
+static pl_status_t pl_ring_grow_locked(pl_port_t *port, uint32_t needed) {
+    if (needed <= port->ring_capacity) return PL_OK;
     uint32_t capacity = port->ring_capacity == 0 ? 4 : port->ring_capacity * 2;
-    if (capacity > port->qlimit) capacity = port->qlimit;
-    if (capacity <= port->count) capacity = port->count + 1;
+    if (capacity > port->qlimit + port->set_aside) capacity = port->qlimit + port->set_aside;
+    if (capacity < needed) capacity = needed;
     pl_slot_t *ring = malloc(sizeof *ring * capacity);
     if (ring == NULL) return PL_ERR_NO_MEMORY;
     for (uint32_t i = 0; i < port->count; i++) {
@@ -365,6 +365,35 @@ static pl_status_t pl_ring_reserve_locked(pl_port_t *port) {
     port->ring_capacity = capacity;
     port->head = 0;
     return PL_OK;
+}
+
+/* Makes room for one more slot besides those set aside; the lock is held. The queue is below its limit, except
+ * when a message is put back (pl_port_requeue), which may take it over. */
+static inline pl_status_t pl_ring_reserve_locked(pl_port_t *port) {
+    if (port->count + port->set_aside < port->ring_capacity) return PL_OK;
+    return pl_ring_grow_locked(port, port->count + port->set_aside + 1);
+}
+
+pl_status_t pl_port_set_aside(pl_port_t *port) {
+    pthread_mutex_lock(&port->lock);
+    pl_status_t status = port->dead ? PL_OK : pl_ring_grow_locked(port, port->count + port->set_aside + 1);
+    if (status == PL_OK) port->set_aside++;
+    pthread_mutex_unlock(&port->lock);
+    return status;
+}
+
+void pl_port_give_back(pl_port_t *port) {
+    pthread_mutex_lock(&port->lock);
+    port->set_aside--;
+    pthread_mutex_unlock(&port->lock);
+}
+
+/* Queues a slot into the room set aside for it (lock held, port alive): nothing to allocate, since the ring
+ * always holds count + set_aside slots. */
+static void pl_ring_put_set_aside_locked(pl_port_t *port, const pl_slot_t *slot) {
+    port->set_aside--;
+    port->ring[(port->head + port->count) % port->ring_capacity] = *slot;
+    port->count++;
 }
 
 /* Waits for room as a local sender (lock held). Room lent to other processes and not used is reclaimed. */
@@ -406,7 +435,7 @@ static inline pl_status_t pl_port_enqueue_local(pl_port_t *port, pl_slot_t *slot
 
     if (reply != NULL) {
         if (mode == PL_REPLY_SEND) pl_port_make_send(reply);
-        else if (mode == PL_REPLY_MAKE_ONCE) pl_port_make_send_once(reply);
+        else if (mode == PL_REPLY_MAKE_ONCE) pl_port_add_send_once(reply); /* its slot set aside before */
         else *reply_taken = true; /* the caller's send-once right moves into the message */
         slot->reply = reply;
         slot->reply_once = mode != PL_REPLY_SEND;
@@ -419,6 +448,31 @@ static inline pl_status_t pl_port_enqueue_local(pl_port_t *port, pl_slot_t *slot
     return PL_OK;
 }
 
+/* A send to a local port, its arguments checked. */
+static pl_status_t pl_port_send_local(pl_port_t *port, int32_t id, const void *payload, size_t size,
+                                      pl_port_t *reply, pl_reply_mode_t mode, bool *reply_taken,
+                                      const pl_attachment_t *attachments, uint32_t attachment_count,
+                                      int64_t timeout_ns) {
+    /* Copy the payload and the attachments before taking the lock. */
+    pl_slot_t slot;
+    if (!pl_slot_fill(&slot, id, payload, size)) return PL_ERR_NO_MEMORY;
+    if (attachment_count > 0) {
+        slot.extra = calloc(1, sizeof *slot.extra);
+        pl_status_t status = slot.extra == NULL
+                                 ? PL_ERR_NO_MEMORY
+                                 : pl_attachments_copy(attachments, attachment_count, &slot.extra->attachments);
+        if (status != PL_OK) {
+            int saved = errno;
+            pl_slot_dispose(&slot);
+            errno = saved;
+            return status;
+        }
+    }
+    pl_status_t status = pl_port_enqueue_local(port, &slot, reply, mode, reply_taken, timeout_ns);
+    if (status != PL_OK) pl_slot_dispose(&slot);
+    return status;
+}
+
 /* A send through a send right, carrying a send right or a send-once right to `reply` (see pl_reply_mode_t). */
 static pl_status_t pl_port_send_message(pl_port_t *port, int32_t id, const void *payload, size_t size,
                                         pl_port_t *reply, pl_reply_mode_t mode, bool *reply_taken,
@@ -429,28 +483,25 @@ static pl_status_t pl_port_send_message(pl_port_t *port, int32_t id, const void 
     pl_status_t status = pl_attachments_check(attachments, attachment_count);
     if (status != PL_OK) return status;
     if (size > port->max_msg_size) return PL_ERR_TOO_LARGE;
+    /* A new send-once reply right sets its slot aside on the reply port first, as pl_port_make_send_once does;
+     * given back unless the right came to be. */
+    if (mode == PL_REPLY_MAKE_ONCE) {
+        if ((status = pl_port_set_aside(reply)) != PL_OK) return status;
+        bool made = false;
+        status = port->proxy != NULL ? pl_proxy_send(port, id, payload, size, reply, mode, &made, attachments,
+                                                     attachment_count, timeout_ns)
+                                     : pl_port_send_local(port, id, payload, size, reply, mode, NULL, attachments,
+                                                          attachment_count, timeout_ns);
+        if (port->proxy == NULL) made = status == PL_OK;
+        if (!made) pl_port_give_back(reply);
+        return status;
+    }
     if (port->proxy != NULL) {
         return pl_proxy_send(port, id, payload, size, reply, mode, reply_taken, attachments, attachment_count,
                              timeout_ns);
     }
-
-    /* Copy the payload and the attachments before taking the lock. */
-    pl_slot_t slot;
-    if (!pl_slot_fill(&slot, id, payload, size)) return PL_ERR_NO_MEMORY;
-    if (attachment_count > 0) {
-        slot.extra = calloc(1, sizeof *slot.extra);
-        status = slot.extra == NULL ? PL_ERR_NO_MEMORY
-                                    : pl_attachments_copy(attachments, attachment_count, &slot.extra->attachments);
-        if (status != PL_OK) {
-            int saved = errno;
-            pl_slot_dispose(&slot);
-            errno = saved;
-            return status;
-        }
-    }
-    status = pl_port_enqueue_local(port, &slot, reply, mode, reply_taken, timeout_ns);
-    if (status != PL_OK) pl_slot_dispose(&slot);
-    return status;
+    return pl_port_send_local(port, id, payload, size, reply, mode, reply_taken, attachments, attachment_count,
+                              timeout_ns);
 }
 
 pl_status_t pl_port_send(pl_port_t *port, int32_t id, const void *payload, size_t size,
@@ -513,20 +564,18 @@ pl_status_t pl_port_enqueue_remote(pl_port_t *port, pl_slot_t *slot, pl_export_t
     return PL_OK;
 }
 
-void pl_port_post_notice(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_msg_extra_t *extra) {
+void pl_port_post_notice(pl_port_t *port, int32_t id, const void *payload, size_t size) {
     pl_slot_t slot;
     pl_slot_fill(&slot, id, payload, size); /* PL_NOTICE_SIZE is inline: nothing to allocate */
-    slot.extra = extra;
-    extra->flags = PL_RECEIVED_NOTIFICATION;
+    slot.notice = true;
     pthread_mutex_lock(&port->lock);
     /* No limit check: a notice is never refused for room (see pl_notify.c). */
-    if (port->dead || pl_ring_reserve_locked(port) != PL_OK) {
+    if (port->dead) {
+        port->set_aside--;
         pthread_mutex_unlock(&port->lock);
-        pl_slot_dispose(&slot);
         return;
     }
-    port->ring[(port->head + port->count) % port->ring_capacity] = slot;
-    port->count++;
+    pl_ring_put_set_aside_locked(port, &slot);
     pl_port_wake_after_enqueue_unlock(port, false);
 }
 
@@ -536,14 +585,14 @@ pl_status_t pl_port_requeue(pl_port_t *port, const pl_received_t *received, cons
     if (received->size > port->max_msg_size) return PL_ERR_TOO_LARGE;
     pl_slot_t slot;
     if (!pl_slot_fill(&slot, received->id, payload, received->size)) return PL_ERR_NO_MEMORY;
-    if (received->sender.pid != 0 || received->attachments != NULL || (received->flags & PL_RECEIVED_NOTIFICATION)) {
+    slot.notice = (received->flags & PL_RECEIVED_NOTIFICATION) != 0; /* a notice put back is still one */
+    if (received->sender.pid != 0 || received->attachments != NULL) {
         slot.extra = calloc(1, sizeof *slot.extra);
         if (slot.extra == NULL) {
             pl_slot_dispose(&slot);
             return PL_ERR_NO_MEMORY;
         }
         slot.extra->sender = received->sender;
-        slot.extra->flags = received->flags & PL_RECEIVED_NOTIFICATION; /* a notice put back is still one */
     }
 
     pthread_mutex_lock(&port->lock);
@@ -589,11 +638,17 @@ pl_status_t pl_port_send_moving_once(pl_port_t *port, int32_t id, const void *pa
  * ignores it. Its end is told to the port once, as a notice, unless a message went through it. A proxy's
  * send-once rights count the same way; the owner, told by a frame, posts the notice in its process. */
 
-pl_status_t pl_port_make_send_once(pl_port_t *port) {
-    if (port == NULL || port->proxy != NULL) return PL_ERR_INVALID_ARG;
+void pl_port_add_send_once(pl_port_t *port) {
     atomic_fetch_add(&port->send_once_rights, 1);
     pl_port_retain_internal(port);
-    return PL_OK;
+}
+
+/* A new right sets a slot aside for what will come of it: the message sent through it, or the notice of its end. */
+pl_status_t pl_port_make_send_once(pl_port_t *port) {
+    if (port == NULL || port->proxy != NULL) return PL_ERR_INVALID_ARG;
+    pl_status_t status = pl_port_set_aside(port);
+    if (status == PL_OK) pl_port_add_send_once(port);
+    return status;
 }
 
 void pl_port_retain_memory(pl_port_t *port) { if (port != NULL) pl_port_retain_internal(port); }
@@ -611,13 +666,9 @@ static void pl_port_send_once_gone(pl_port_t *port, unsigned left) {
 }
 
 void pl_port_post_send_once_notice(pl_port_t *port) {
-    /* Nothing if memory is short: a receiver that asked for no-senders wakes is still woken when the last right
-     * goes, so a requester learns the same thing. */
-    pl_msg_extra_t *extra = calloc(1, sizeof *extra);
-    if (extra == NULL) return;
     unsigned char notice[PL_NOTICE_SIZE] = { 0 };
     for (int i = 0; i < 8; i++) notice[i] = (unsigned char)(port->name >> (8 * i));
-    pl_port_post_notice(port, PL_NOTIFY_SEND_ONCE, notice, sizeof notice, extra);
+    pl_port_post_notice(port, PL_NOTIFY_SEND_ONCE, notice, sizeof notice);
 }
 
 void pl_port_forget_send_once(pl_port_t *port) {
@@ -659,14 +710,13 @@ pl_status_t pl_port_release_send_once(pl_port_t *port) {
 
 pl_status_t pl_port_enqueue_once(pl_port_t *port, pl_slot_t *slot) {
     pthread_mutex_lock(&port->lock);
-    /* No limit check: one right, one message, as Mach queues a send-once message. */
-    pl_status_t status = port->dead ? PL_ERR_INVALID_DEST : pl_ring_reserve_locked(port);
-    if (status != PL_OK) {
+    /* No limit check: one right, one message, as Mach queues a send-once message, into the right's slot. */
+    if (port->dead) {
+        port->set_aside--;
         pthread_mutex_unlock(&port->lock);
-        return status;
+        return PL_ERR_INVALID_DEST;
     }
-    port->ring[(port->head + port->count) % port->ring_capacity] = *slot;
-    port->count++;
+    pl_ring_put_set_aside_locked(port, slot);
     port->received++;
     pl_port_wake_after_enqueue_unlock(port, false);
     return PL_OK;
@@ -680,7 +730,7 @@ pl_status_t pl_port_send_once(pl_port_t *port, int32_t id, const void *payload, 
     if (!pl_slot_fill(&slot, id, payload, size)) return PL_ERR_NO_MEMORY; /* the caller keeps the right */
     /* The right is taken and the message queued in one hold of the lock: a receiver waiting for a reply never
      * sees the port with neither (which it would take for no-senders). No limit check: one right, one message,
-     * as Mach queues a send-once message. */
+     * as Mach queues a send-once message, into the slot set aside when the right was made. */
     pthread_mutex_lock(&port->lock);
     unsigned left;
     if (!pl_take_right(&port->send_once_rights, &left)) {
@@ -688,17 +738,15 @@ pl_status_t pl_port_send_once(pl_port_t *port, int32_t id, const void *payload, 
         pl_slot_dispose(&slot);
         return PL_ERR_INVALID_NAME;
     }
-    pl_status_t status = port->dead ? PL_ERR_INVALID_DEST : pl_ring_reserve_locked(port);
+    pl_status_t status = port->dead ? PL_ERR_INVALID_DEST : PL_OK;
     if (status == PL_OK) {
-        port->ring[(port->head + port->count) % port->ring_capacity] = slot;
-        port->count++;
+        pl_ring_put_set_aside_locked(port, &slot);
         port->received++;
         pl_port_wake_after_enqueue_unlock(port, false);
     } else {
-        if (status == PL_ERR_NO_MEMORY) atomic_fetch_add(&port->send_once_rights, 1); /* the caller keeps it */
+        port->set_aside--;
         pthread_mutex_unlock(&port->lock);
         pl_slot_dispose(&slot); /* destroyed: the right goes with the port, no notice */
-        if (status == PL_ERR_NO_MEMORY) return status;
     }
     pl_port_send_once_gone(port, left);
     return status;
@@ -740,14 +788,13 @@ static inline pl_status_t pl_port_dequeue_into_locked(pl_port_t *port, pl_receiv
         }
     }
     out->reply = slot->reply; /* the send right moves to the receiver */
-    if (slot->reply_once) out->flags = PL_RECEIVED_REPLY_ONCE;
+    out->flags = (slot->reply_once ? PL_RECEIVED_REPLY_ONCE : 0) | (slot->notice ? PL_RECEIVED_NOTIFICATION : 0);
     port->head = (port->head + 1) % port->ring_capacity;
     port->count--;
     pl_msg_extra_t *extra = slot->extra;
     if (extra != NULL) {
         out->sender = extra->sender;
         out->attachments = extra->attachments;
-        out->flags |= extra->flags & PL_RECEIVED_NOTIFICATION;
         bool shared = (extra->flags & PL_MSG_SHARED) != 0; /* read first: the release may free the export holding it */
         if (extra->origin != NULL) {
             pl_remote_room_freed_locked(port, extra->origin);

@@ -520,7 +520,12 @@ static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *paylo
     if (mode == PL_REPLY_MOVE_ONCE && reply != NULL) {
         *reply_taken = true;
         if (unsent_once) pl_port_post_send_once_notice(reply);
+        else if (once_export == 0 && reply->proxy == NULL) pl_port_give_back(reply); /* went as a send right */
         pl_port_forget_send_once(reply);
+    } else if (mode == PL_REPLY_MAKE_ONCE && reply_taken != NULL) {
+        /* The new right exists, counted in the export, which keeps the slot its reply port set aside for it: the
+         * peer's message or notice will take it, or the connection's end (pl_credit.c). */
+        *reply_taken = once_export != 0 && !unsent_once;
     }
     return status;
 }

@@ -396,7 +396,9 @@ void pl_proxy_dead(pl_conn_t *conn, uint32_t handle);
 uint32_t pl_proxy_import_total(void);
 void pl_proxy_forget_imports(uint32_t count); /* a connection's table was dropped whole */
 /* The proxy send path: pl_port_send on a proxy. With PL_REPLY_MOVE_ONCE, *reply_taken says whether the
- * caller's send-once right left it (it went with the message, or was used up when the connection broke). */
+ * caller's send-once right left it (it went with the message, or was used up when the connection broke); with
+ * PL_REPLY_MAKE_ONCE, whether the new right came to be (went as a send-once right), keeping the slot the caller
+ * set aside for it on the reply port. */
 pl_status_t pl_proxy_send(pl_port_t *proxy, int32_t id, const void *payload, size_t size, pl_port_t *reply,
                           pl_reply_mode_t mode, bool *reply_taken, const pl_attachment_t *attachments,
                           uint32_t attachment_count, int64_t timeout_ns);

@@ -341,11 +341,13 @@ uint64_t pl_port_make_send_count(const pl_port_t *port);
  * zero already. The notice carries the make-send count of that moment: a receiver that made a right since
  * (pl_port_make_send_count is higher) knows the notice is stale. Notices do not count against `notify`'s queue
  * limit, so none is lost; the request holds no send right to `notify` (so `notify` may be `port` itself). The
- * request ends, undelivered, when the port is destroyed.
+ * request ends, undelivered, when the port is destroyed. The request sets a slot of `notify`'s queue aside for
+ * its notice (allocated now if need be), so delivering it allocates nothing and cannot fail.
  * @param port    a local port, alive (not a proxy)
  * @param notify  a local port (not a proxy) of the caller's choosing
  * @param out     the request's handle, released with pl_notification_release (which does not cancel it)
- * @return PL_ERR_INVALID_ARG (NULL, or a proxy), PL_ERR_INVALID_NAME (port destroyed), PL_ERR_NO_MEMORY.
+ * @return PL_ERR_INVALID_ARG (NULL, or a proxy), PL_ERR_INVALID_NAME (port destroyed), PL_ERR_NO_MEMORY (the
+ *  request or its slot: no request exists).
  */
 pl_status_t pl_port_request_no_senders(pl_port_t *port, uint64_t sync, pl_port_t *notify, pl_notification_t **out);
 
@@ -354,7 +356,7 @@ pl_status_t pl_port_request_no_senders(pl_port_t *port, uint64_t sync, pl_port_t
  * MACH_NOTIFY_DEAD_NAME): its receive right destroyed, or, for a proxy, its process gone or the connection to
  * it ended. The notice (id PL_NOTIFY_DEAD_NAME) goes to `notify` once; at once if the port is dead already. The
  * request holds no send right to `port`: the caller keeps one while it watches (a proxy whose last right goes
- * is forgotten, and its death with it).
+ * is forgotten, and its death with it). A slot of `notify`'s queue is set aside for the notice, as for no-senders.
  * @return PL_ERR_INVALID_ARG (NULL, or `notify` a proxy), PL_ERR_NO_MEMORY.
  */
 pl_status_t pl_port_request_dead_name(pl_port_t *port, pl_port_t *notify, pl_notification_t **out);
@@ -382,7 +384,9 @@ void pl_notification_release(pl_notification_t *request);
  *  The pointer is the right; it ends with pl_port_send_once or pl_port_release_send_once. Send-once rights do
  *  not count as send rights (no-senders notifications ignore them), but a port with
  *  pl_port_set_no_senders_wakes waits while one exists. A right to a destroyed port is a dead name (sending
- *  through it fails with PL_ERR_INVALID_DEST). PL_ERR_INVALID_ARG for NULL or a proxy. */
+ *  through it fails with PL_ERR_INVALID_DEST). The right sets a slot of the port's queue aside (allocated now if
+ *  need be) for its message or its notice, so neither can fail for memory later. PL_ERR_INVALID_ARG for NULL or a
+ *  proxy; PL_ERR_NO_MEMORY when the slot cannot be allocated (no right is made). */
 pl_status_t pl_port_make_send_once(pl_port_t *port);
 
 /** Sends one message through a send-once right and uses it up (mach_msg with MACH_MSG_TYPE_MOVE_SEND_ONCE). It
@@ -411,7 +415,8 @@ void pl_port_release_memory(pl_port_t *port);
  * (mach_msg with MACH_MSG_TYPE_MAKE_SEND_ONCE as the reply disposition, as a MIG client stub sends). The
  * receiver gets it with PL_RECEIVED_REPLY_ONCE in out->flags and answers with pl_port_send_once; if the request
  * is destroyed unanswered, or its receiver releases the right, `reply` gets a PL_NOTIFY_SEND_ONCE notice.
- * Otherwise as pl_port_send; PL_ERR_INVALID_ARG also for a `reply` that is NULL or a proxy.
+ * Otherwise as pl_port_send; PL_ERR_INVALID_ARG also for a `reply` that is NULL or a proxy; PL_ERR_NO_MEMORY also
+ * when the right's slot on `reply` cannot be set aside (see pl_port_make_send_once).
  */
 pl_status_t pl_port_send_request(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
                                  int64_t timeout_ns);

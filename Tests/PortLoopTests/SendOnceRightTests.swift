@@ -21,7 +21,7 @@ struct SendOnceRightTests {
     @Test("a send-once right carries one message, and no notice follows")
     func usedOnce() throws {
         let port = try PortReceiveRight()
-        let right = port.makeSendOnceRight()
+        let right = try port.makeSendOnceRight()
         #expect(port.sendOnceRightCount == 1)
         #expect(port.sendRightCount == 0, "a send-once right is not a send right")
         let name = right.name
@@ -36,7 +36,7 @@ struct SendOnceRightTests {
     @Test("a send-once right dropped unused posts one notice to its port, flagged as PortLoop's")
     func droppedUnused() throws {
         let port = try PortReceiveRight()
-        do { _ = port.makeSendOnceRight() }
+        do { _ = try port.makeSendOnceRight() }
         let notice = next(port)
         #expect(isSendOnceNotice(notice, for: port.name))
         #expect(notice?.id == PortNotification.sendOnceMessageID)
@@ -52,7 +52,7 @@ struct SendOnceRightTests {
     @Test("a second send through the same send-once right is invalidName; one message, no notice")
     func doubleSend() throws {
         let port = try PortReceiveRight()
-        let right = port.makeSendOnceRight().asSendRight()
+        let right = try port.makeSendOnceRight().asSendRight()
         #expect(right.isSendOnce)
         try right.send(id: 1)
         #expect(throws: PortError.invalidName) { try right.send(id: 2) }
@@ -84,7 +84,7 @@ struct SendOnceRightTests {
     @Test("a send-once right to a destroyed port: the send is invalidDestination")
     func deadName() throws {
         let port = try PortReceiveRight()
-        let right = port.makeSendOnceRight()
+        let right = try port.makeSendOnceRight()
         port.destroy()
         let dead = right.isDeadName
         #expect(dead)
@@ -97,7 +97,7 @@ struct SendOnceRightTests {
     func destroyedInQueue() throws {
         let replies = try PortReceiveRight()
         let destination = try PortReceiveRight()
-        let reply = replies.makeSendOnceRight().asSendRight()
+        let reply = try replies.makeSendOnceRight().asSendRight()
         try destination.makeSendRight().send(id: 1, replyPort: reply)
         #expect(throws: PortError.invalidName, "the right moved into the message") { try reply.send(id: 9) }
         #expect(next(replies) == nil, "nothing while the message waits")
@@ -126,13 +126,34 @@ struct SendOnceRightTests {
     func misuse() throws {
         let port = try PortReceiveRight()
         let destination = port.makeSendRight()
-        let once = port.makeSendOnceRight().asSendRight()
+        let once = try port.makeSendOnceRight().asSendRight()
         #expect(throws: PortError.self) { try destination.send(id: 1, attachments: [.sendRight(once)]) }
         #expect(throws: PortError.self) { try once.send(id: 1, replyPort: destination) }
         #expect(throws: PortError.self) { try once.request(id: 1, timeout: .poll) }
         #expect(port.messageCount == 0, "nothing was sent")
         try once.send(id: 4) // still good for its one message
         #expect(try port.receive(timeout: .poll).id == 4)
+    }
+
+    @Test("a full queue takes every send-once right's message or notice: each right has its slot from the start")
+    func fullQueueTakesEveryRight() throws {
+        let port = try PortReceiveRight(queueLimit: 2)
+        let sender = port.makeSendRight()
+        var rights: [PortSendRight] = []
+        for _ in 0..<100 { rights.append(try port.makeSendOnceRight().asSendRight()) }
+        try sender.send(id: 1, timeout: .poll)
+        try sender.send(id: 2, timeout: .poll)
+        #expect(throws: PortError.timedOut, "the queue is full") { try sender.send(id: 3, timeout: .poll) }
+        for (i, right) in rights.enumerated() where i % 2 == 0 { try right.send(id: 1000 + Int32(i)) }
+        rights.removeAll() // the other 50 end unused: a notice each
+        #expect(port.messageCount == 102, "two messages, 50 through send-once rights, 50 notices")
+        var ids: [Int32] = [], notices = 0
+        while let message = next(port) {
+            if isSendOnceNotice(message, for: port.name) { notices += 1 } else { ids.append(message.id) }
+        }
+        #expect(ids == [1, 2] + stride(from: 0, to: 100, by: 2).map { 1000 + Int32($0) })
+        #expect(notices == 50)
+        #expect(port.sendOnceRightCount == 0)
     }
 
     @Test("a request's reply right is a send-once right: the answer uses it up")

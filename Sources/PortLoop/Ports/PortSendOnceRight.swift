@@ -60,8 +60,12 @@ public struct PortSendOnceRight: ~Copyable, @unchecked Sendable {
 
 extension PortReceiveRight {
     /// Makes a send-once right to this port (`mach_port_insert_right` with `MACH_MSG_TYPE_MAKE_SEND_ONCE`).
-    public func makeSendOnceRight() -> PortSendOnceRight {
-        pl_port_make_send_once(port) // cannot fail for a local port
+    ///
+    /// The right sets a slot of this port's queue aside for what will come of it, the one message sent through
+    /// it or the notice of its end, so that neither can be lost for want of memory later.
+    /// - Throws: ``PortError/outOfMemory`` when that slot cannot be allocated (`KERN_RESOURCE_SHORTAGE`).
+    public func makeSendOnceRight() throws(PortError) -> PortSendOnceRight {
+        try PortError.check(pl_port_make_send_once(port), operation: "make a send-once right")
         return PortSendOnceRight(adopting: port)
     }
 
