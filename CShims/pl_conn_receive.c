@@ -134,6 +134,10 @@ static bool pl_rx_deliver(pl_conn_t *conn, const uint8_t *inline_bytes, const ch
         *reason = "message: sent without credit";
         return false;
     }
+    if (status == PL_ERR_NO_MEMORY) {
+        *reason = "out of memory for a message";
+        return false;
+    }
     return true;
 }
 

@@ -24,9 +24,16 @@ static inline uint32_t pl_window(const pl_port_t *port) { return port->qlimit / 
 /* The smallest window whose credit goes back before the sender asks for it (pl_remote_room_freed_locked). */
 #define PL_CREDIT_EARLY_WINDOW 8u
 
-static inline uint32_t pl_free_room_locked(const pl_port_t *port) {
+static inline uint32_t pl_free_room_locked(pl_port_t *port) {
     uint32_t used = port->count + port->reserved;
-    return port->dead || used >= port->qlimit ? 0 : port->qlimit - used;
+    if (port->dead || used >= port->qlimit) return 0;
+    uint32_t room = port->qlimit - used;
+    /* Room lent must be in the ring already, since the transport thread queues into it without allocating: the
+     * ring grows here to the whole limit, and when it cannot, only what it holds is lent. */
+    uint32_t spoken = pl_ring_spoken_locked(port);
+    if (spoken + room > port->ring_capacity) (void)pl_port_ring_grow_locked(port, spoken + room);
+    uint32_t in_ring = port->ring_capacity > spoken ? port->ring_capacity - spoken : 0;
+    return room < in_ring ? room : in_ring;
 }
 
 /* What one grant may lend: a window at most, and half the free room at most (rounded up), so that the next peer

@@ -97,7 +97,8 @@ struct pl_port {
     pl_slot_t *ring;          /* capacity grows on demand up to qlimit, plus set_aside */
     uint32_t ring_capacity, head, count;
     uint32_t set_aside;       /* free slots kept for what must never fail for memory: one notice per pending
-                               * notification request aimed here, one message or notice per send-once right */
+                               * notification request aimed here, one message or notice per send-once right.
+                               * The ring always holds count + reserved + set_aside slots (pl_ring_spoken_locked) */
     uint64_t received;        /* messages sent to it since it was made, from anywhere (put-backs not counted) */
     pl_membership_t *memberships;
     /* Across processes (pl_remote.h): */
@@ -124,6 +125,16 @@ static inline bool pl_port_senderless_locked(const pl_port_t *port) {
            atomic_load_explicit(&port->send_rights, memory_order_acquire) == 0 &&
            atomic_load_explicit(&port->send_once_rights, memory_order_acquire) == 0;
 }
+
+/* The slots of a port's ring spoken for (lock held): its messages, the room lent to other processes and the slots
+ * set aside. The ring always holds at least these, so that what fills them allocates nothing. */
+static inline uint32_t pl_ring_spoken_locked(const pl_port_t *port) {
+    return port->count + port->reserved + port->set_aside;
+}
+
+/* Grows a port's ring to hold `needed` slots, at most doubling it up to the limit plus the slots set aside (lock
+ * held). */
+pl_status_t pl_port_ring_grow_locked(pl_port_t *port, uint32_t needed);
 
 /* Whether a port has no room for one more message from a local sender (lock held). */
 static inline bool pl_port_full_locked(const pl_port_t *port) {

@@ -348,9 +348,7 @@ static void pl_port_wake_after_enqueue_unlock(pl_port_t *port, bool at_head) {
     pl_wake_list_run(&wakes);
 }
 
-/* Grows the ring to hold `needed` slots, at most doubling it up to the limit plus the slots set aside; the lock
- * is held. */
-static pl_status_t pl_ring_grow_locked(pl_port_t *port, uint32_t needed) {
+pl_status_t pl_port_ring_grow_locked(pl_port_t *port, uint32_t needed) {
     if (needed <= port->ring_capacity) return PL_OK;
     uint32_t capacity = port->ring_capacity == 0 ? 4 : port->ring_capacity * 2;
     if (capacity > port->qlimit + port->set_aside) capacity = port->qlimit + port->set_aside;
@@ -367,16 +365,16 @@ static pl_status_t pl_ring_grow_locked(pl_port_t *port, uint32_t needed) {
     return PL_OK;
 }
 
-/* Makes room for one more slot besides those set aside; the lock is held. The queue is below its limit, except
+/* Makes room for one more slot besides those spoken for; the lock is held. The queue is below its limit, except
  * when a message is put back (pl_port_requeue), which may take it over. */
 static inline pl_status_t pl_ring_reserve_locked(pl_port_t *port) {
-    if (port->count + port->set_aside < port->ring_capacity) return PL_OK;
-    return pl_ring_grow_locked(port, port->count + port->set_aside + 1);
+    uint32_t spoken = pl_ring_spoken_locked(port);
+    return spoken < port->ring_capacity ? PL_OK : pl_port_ring_grow_locked(port, spoken + 1);
 }
 
 pl_status_t pl_port_set_aside(pl_port_t *port) {
     pthread_mutex_lock(&port->lock);
-    pl_status_t status = port->dead ? PL_OK : pl_ring_grow_locked(port, port->count + port->set_aside + 1);
+    pl_status_t status = port->dead ? PL_OK : pl_port_ring_grow_locked(port, pl_ring_spoken_locked(port) + 1);
     if (status == PL_OK) port->set_aside++;
     pthread_mutex_unlock(&port->lock);
     return status;
@@ -389,7 +387,7 @@ void pl_port_give_back(pl_port_t *port) {
 }
 
 /* Queues a slot into the room set aside for it (lock held, port alive): nothing to allocate, since the ring
- * always holds count + set_aside slots. */
+ * always holds every slot spoken for. */
 static void pl_ring_put_set_aside_locked(pl_port_t *port, const pl_slot_t *slot) {
     port->set_aside--;
     port->ring[(port->head + port->count) % port->ring_capacity] = *slot;
@@ -550,7 +548,12 @@ pl_status_t pl_port_send_payload(pl_port_t *port, int32_t id, pl_payload_t *payl
 pl_status_t pl_port_enqueue_remote(pl_port_t *port, pl_slot_t *slot, pl_export_t *e) {
     pthread_mutex_lock(&port->lock);
     uint32_t held = e->lent - atomic_load_explicit(&e->owed, memory_order_acquire);
-    pl_status_t status = port->dead ? PL_ERR_INVALID_DEST : (held == 0 ? PL_ERR_INVALID_ARG : pl_ring_reserve_locked(port));
+    pl_status_t status = port->dead ? PL_ERR_INVALID_DEST : (held == 0 ? PL_ERR_INVALID_ARG : PL_OK);
+    /* The room came with the credit, and is in the ring already (pl_free_room_locked lends only that): nothing to
+     * allocate. Were it not, the message is not dropped unseen: the connection ends (pl_rx_deliver). */
+    if (status == PL_OK && port->count + port->set_aside >= port->ring_capacity) {
+        status = pl_port_ring_grow_locked(port, port->count + port->set_aside + 1);
+    }
     if (status != PL_OK) {
         pthread_mutex_unlock(&port->lock);
         return status;

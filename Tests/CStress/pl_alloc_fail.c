@@ -4,10 +4,12 @@
  *
  * It is linked with `-Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup`: every call the layer makes to
  * those comes here first, and fails (NULL, errno ENOMEM) when the thread's count of them reaches the one chosen.
- * One workload uses what the layer allocates for: ports and sets, a descriptor member, messages with payloads
- * (copied, handed over, too large for a batch's buffer), with rights and descriptors, with reply rights and
- * send-once rights, a request forwarded with its right, a message put back, notifications (no senders, dead name,
- * an unused send-once right).
+ * Two workloads use what the layer allocates for. In one process: ports and sets, a descriptor member, messages
+ * with payloads (copied, handed over, too large for a batch's buffer), with rights and descriptors, with reply
+ * rights and send-once rights, a request forwarded with its right, a message put back, notifications (no senders,
+ * dead name, an unused send-once right) into a full queue. Across processes: a service in a process of its own is
+ * looked up and sent messages every way (small, in fragments, with rights and a descriptor, a request), asked its
+ * status, and answers each; only the client's calling thread fails, not its transport thread.
  *
  * Once: for n = 1, 2, … until a run makes fewer than n allocations, the workload runs with only its n-th allocation
  * failing. Every call must return PL_OK or PL_ERR_NO_MEMORY; after PL_ERR_NO_MEMORY the call must have changed
@@ -19,7 +21,8 @@
  * PL_ERR_NO_MEMORY, and tears down what it made while the allocator is still out: destroying and releasing must
  * need no memory.
  *
- * After every run: no descriptor left open, and nothing leaked (LeakSanitizer, asked after each run, names the run).
+ * After every run: no descriptor left open, no connection left, and nothing leaked (LeakSanitizer, asked after each
+ * run, names the run).
  *
  * Usage: pl_alloc_fail [-v]     -v prints each mode's run count and where the failures surfaced.
  */
@@ -34,7 +37,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- the allocator, failing on request ---------------------------------------------------------- */
@@ -322,27 +328,136 @@ static void tear_down(world_t *w) {
     if (w->replies != NULL) { while (pl_port_release_send(w->replies) == PL_OK) {} pl_port_destroy(w->replies); }
 }
 
+/* ---- the workload across processes ---------------------------------------------------------------- */
+
+static char namespace_dir[64];
+#define SERVICE_NAME "alloc-fail"
+#define BIG_REMOTE 100000 /* in fragments */
+
+/* A service in a process of its own (never failing for memory): every message it receives is answered on its
+ * reply right, through it, with the id plus 100 and the same bytes. Ready when this returns; killed at the run's
+ * end. */
+static pid_t start_service(void) {
+    int ready[2];
+    CHECK(pipe(ready) == 0);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fail_at(__LINE__, "fork", -1);
+        return -1;
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        close(ready[0]);
+        pl_port_t *port = NULL;
+        if (pl_port_create(PL_QLIMIT_DEFAULT, 2 * BIG_REMOTE, &port) != PL_OK ||
+            pl_service_check_in(namespace_dir, SERVICE_NAME, port, NULL) != PL_OK) {
+            _exit(2);
+        }
+        if (write(ready[1], "r", 1) != 1) _exit(3);
+        uint8_t *buffer = __real_malloc(2 * BIG_REMOTE);
+        for (;;) {
+            pl_received_t m;
+            if (pl_port_receive(port, &m, buffer, 2 * BIG_REMOTE, PL_TIMEOUT_FOREVER) != PL_OK) _exit(4);
+            pl_attachments_free(m.attachments);
+            if (m.reply == NULL) continue;
+            if (m.flags & PL_RECEIVED_REPLY_ONCE) {
+                pl_port_send_once(m.reply, m.id + 100, buffer, m.size);
+            } else {
+                pl_port_send(m.reply, m.id + 100, buffer, m.size, NULL, PL_TIMEOUT_FOREVER);
+                pl_port_release_send(m.reply);
+            }
+        }
+    }
+    close(ready[1]);
+    char byte;
+    CHECK(read(ready[0], &byte, 1) == 1);
+    close(ready[0]);
+    return pid;
+}
+
+#define REMOTE_TIMEOUT (10 * 1000000000LL)
+
+/* A client of that service: looks it up, sends it messages every way with `replies` as their reply port, asks its
+ * status, and takes the answers. Only this thread's allocations fail (the transport thread's do not). */
+static void work_remote(world_t *w) {
+    static uint8_t big[BIG_REMOTE], medium[5000];
+    for (size_t i = 0; i < sizeof big; i++) big[i] = (uint8_t)(i * 11);
+    for (size_t i = 0; i < sizeof medium; i++) medium[i] = (uint8_t)(i * 5);
+    static uint8_t buffer[2 * BIG_REMOTE];
+    pl_received_t m = no_message;
+
+    if (!STEP(w, pl_port_create(PL_QLIMIT_DEFAULT, 2 * BIG_REMOTE, &w->replies))) return;
+    if (!STEP(w, pl_service_look_up(namespace_dir, SERVICE_NAME, REMOTE_TIMEOUT, &w->service))) return;
+    if (!STEP(w, pl_port_send(w->service, 1, "hello", 5, w->replies, REMOTE_TIMEOUT))) return;
+    if (!STEP(w, pl_port_send(w->service, 2, medium, sizeof medium, w->replies, REMOTE_TIMEOUT))) return;
+    pl_attachment_t attachments[2] = {
+        { .kind = PL_ATTACHMENT_SEND_RIGHT, .port = w->replies, .fd = -1 },
+        { .kind = PL_ATTACHMENT_FD, .port = NULL, .fd = w->pipe_fds[1] },
+    };
+    if (!STEP(w, pl_port_send_with(w->service, 3, "rights", 6, w->replies, attachments, 2, REMOTE_TIMEOUT))) return;
+    if (!STEP(w, pl_port_send_request(w->service, 4, big, sizeof big, w->replies, REMOTE_TIMEOUT))) return;
+    pl_service_status_t status;
+    if (!STEP(w, pl_service_status(w->service, 16, REMOTE_TIMEOUT, &status))) return;
+    char line[64];
+    snprintf(line, sizeof line, "status %u/%llu ", status.queue_limit, (unsigned long long)status.messages_received);
+    strncat(w->trace, line, sizeof w->trace - strlen(w->trace) - 1);
+    w->traced = strlen(w->trace);
+    for (int i = 0; i < 4; i++) {
+        m = no_message;
+        if (!STEP(w, pl_port_receive(w->replies, &m, buffer, sizeof buffer, REMOTE_TIMEOUT))) return;
+        trace(w, &m, buffer);
+    }
+}
+
+/* Ends the service's process, lets go of its right, and waits for the connection to be gone. */
+static void tear_down_remote(world_t *w, pid_t service) {
+    if (w->service != NULL) pl_port_release_send(w->service);
+    if (w->replies != NULL) pl_port_destroy(w->replies);
+    if (service > 0) {
+        kill(service, SIGKILL);
+        CHECK(waitpid(service, NULL, 0) == service);
+    }
+    uint32_t connections = 1, exports = 1, imports = 1;
+    for (int i = 0; i < 1000 && connections + exports + imports > 0; i++) {
+        pl_remote_stats(&connections, &exports, &imports);
+        if (connections + exports + imports > 0) usleep(5000);
+    }
+    CHECK(connections == 0 && exports == 0 && imports == 0);
+}
+
+/* ---- runs ---------------------------------------------------------------------------------------------- */
+
+typedef enum { IN_PROCESS, ACROSS_PROCESSES } workload_t;
+
 typedef struct outcome {
     long allocations, injected, surfaced;
     char trace[4096];
 } outcome_t;
 
-static outcome_t run(bool once, long from, long until) {
+/* One run of a workload; `first` skips the descriptor check (the first run starts the transport thread, whose
+ * descriptors stay). */
+static outcome_t run(workload_t workload, bool first, bool once, long from, long until) {
     world_t *w = __real_calloc(1, sizeof *w);
     w->once = once;
     w->bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     CHECK(w->bell >= 0 && pipe(w->pipe_fds) == 0);
+    pid_t service = workload == ACROSS_PROCESSES ? start_service() : -1;
     int descriptors = open_descriptors();
     allocations = injected = 0;
     fail_from = from;
     fail_until = until;
     counting = true;
-    work(w);
-    tear_down(w);
+    if (workload == IN_PROCESS) {
+        work(w);
+        tear_down(w);
+    } else {
+        work_remote(w);
+        tear_down_remote(w, service);
+    }
     counting = false;
     outcome_t outcome = { .allocations = allocations, .injected = injected, .surfaced = w->surfaced };
     memcpy(outcome.trace, w->trace, sizeof outcome.trace);
-    CHECK(open_descriptors() == descriptors);
+    CHECK(first || open_descriptors() == descriptors);
     close(w->bell);
     close(w->pipe_fds[0]);
     close(w->pipe_fds[1]);
@@ -351,23 +466,27 @@ static outcome_t run(bool once, long from, long until) {
     return outcome;
 }
 
-int main(int argc, char **argv) {
-    verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
-    setvbuf(stdout, NULL, _IOLBF, 0);
+/* Runs one workload in both modes; returns how many allocations its reference run made. */
+static long run_all(workload_t workload, const char *name) {
+    static char names[3][128]; /* run_name points here after the return */
+    snprintf(names[0], sizeof names[0], "%s, nothing failing", name);
+    snprintf(names[1], sizeof names[1], "%s, one allocation failing", name);
+    snprintf(names[2], sizeof names[2], "%s, every allocation failing from one on", name);
 
-    /* The first run fills the layer's caches of payload memory; the second is the reference. */
-    run_name = "the run where nothing fails";
-    run(true, 0, 0);
-    outcome_t reference = run(true, 0, 0);
+    /* The first run fills the layer's caches (payload memory; the transport thread); the second is the reference. */
+    run_name = names[0];
+    run_n = 0;
+    run(workload, true, true, 0, 0);
+    outcome_t reference = run(workload, false, true, 0, 0);
     CHECK(reference.allocations > 0 && reference.surfaced == 0);
-    if (verbose) printf("reference: %ld allocations; received: %s\n", reference.allocations, reference.trace);
+    if (verbose) printf("%s: %ld allocations; received: %s\n", name, reference.allocations, reference.trace);
 
     /* Until a run makes fewer allocations than the one to fail (a run where a call failed may make more, or fewer,
      * than the reference: a failed call's retry, or memory a cache kept). */
-    run_name = "one allocation failing";
+    run_name = names[1];
     long runs = 0, surfaced = 0;
     for (run_n = 1; run_n <= 4 * reference.allocations; run_n++, runs++) {
-        outcome_t o = run(true, run_n, run_n + 1);
+        outcome_t o = run(workload, false, true, run_n, run_n + 1);
         if (o.injected == 0) break;
         if (strcmp(o.trace, reference.trace) != 0) {
             fail_at(__LINE__, "the receiver saw something else than when nothing fails", -1);
@@ -375,18 +494,43 @@ int main(int argc, char **argv) {
         }
         surfaced += o.surfaced;
     }
-    if (verbose) printf("one failing: %ld runs, %ld failures surfaced as PL_ERR_NO_MEMORY\n", runs, surfaced);
+    if (verbose) printf("%s: %ld runs, %ld failures surfaced as PL_ERR_NO_MEMORY\n", names[1], runs, surfaced);
 
-    run_name = "every allocation failing from one on";
+    run_name = names[2];
     runs = surfaced = 0;
     for (run_n = 1; run_n <= 4 * reference.allocations; run_n++, runs++) {
-        outcome_t o = run(false, run_n, LONG_MAX);
+        outcome_t o = run(workload, false, false, run_n, LONG_MAX);
         if (o.injected == 0) break;
         surfaced += o.surfaced;
     }
-    if (verbose) printf("all failing: %ld runs, %ld stopped by PL_ERR_NO_MEMORY\n", runs, surfaced);
+    if (verbose) printf("%s: %ld runs, %ld stopped by PL_ERR_NO_MEMORY\n", names[2], runs, surfaced);
+    return reference.allocations;
+}
 
-    printf("pl_alloc_fail: %s (%ld allocations in the workload, each made to fail)\n",
-           failures == 0 ? "ok" : "FAILED", reference.allocations);
+int main(int argc, char **argv) {
+    verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    snprintf(namespace_dir, sizeof namespace_dir, "/tmp/pl-alloc-fail-XXXXXX");
+    if (mkdtemp(namespace_dir) == NULL) {
+        perror("mkdtemp");
+        return 1;
+    }
+
+    long in_process = run_all(IN_PROCESS, "in one process");
+    long across = run_all(ACROSS_PROCESSES, "across processes");
+
+    /* What the service left in the namespace: its socket and its lock file. */
+    DIR *dir = opendir(namespace_dir);
+    if (dir != NULL) {
+        for (struct dirent *entry; (entry = readdir(dir)) != NULL;) {
+            if (strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0) unlinkat(dirfd(dir), entry->d_name, 0);
+        }
+        closedir(dir);
+    }
+    run_name = "the end";
+    CHECK(rmdir(namespace_dir) == 0);
+
+    printf("pl_alloc_fail: %s (allocations each made to fail: %ld in one process, %ld across processes)\n",
+           failures == 0 ? "ok" : "FAILED", in_process, across);
     return failures == 0 ? 0 : 1;
 }
