@@ -322,19 +322,32 @@ void pl_conn_write_hello(pl_conn_t *conn, uint32_t status, pl_wire_right_t boots
 
 /* ---- the end ---------------------------------------------------------------------------------------- */
 
-static void pl_conn_drop_import(uint32_t handle, void *value, void *context) {
+/* A proxy of the ended connection leaves the idle list (the connection's lock held). */
+static void pl_conn_unlist_import_locked(uint32_t handle, void *value, void *context) {
     (void)handle;
     pl_port_t *proxy = value;
-    pl_port_t ***list = context;
-    **list = proxy;
-    (*list)++;
+    pl_proxy_revive_locked(context, proxy);
+    proxy->proxy->in_table = false;
 }
 
+/* A proxy of the ended connection becomes a dead name, and the table's reference to it goes (no lock held). */
+static void pl_conn_kill_import(uint32_t handle, void *value, void *context) {
+    (void)handle;
+    (void)context;
+    pl_port_t *proxy = value;
+    pthread_mutex_lock(&proxy->lock);
+    proxy->dead = true;
+    struct pl_notification *requests = pl_notify_take_all_locked(proxy);
+    pthread_mutex_unlock(&proxy->lock);
+    pl_notify_deliver(requests);
+    pl_port_release_internal(proxy);
+}
+
+/* The peer's rights to one of our ports go with it; credit lent to it comes back as room (no lock held). */
 static void pl_conn_drop_export(uint32_t handle, void *value, void *context) {
     (void)handle;
-    pl_export_t ***list = context;
-    **list = value;
-    (*list)++;
+    (void)context;
+    pl_export_drop(value);
 }
 
 void pl_conn_teardown(pl_conn_t *conn, const char *why) {
@@ -362,7 +375,8 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why) {
     }
     pl_conn_ring_teardown(conn);
 
-    /* Take the tables out under the lock; deal with their entries after it. */
+    /* Take the tables out under the lock, whole, and deal with their entries after it: walking them needs no
+     * memory, so an ended connection's rights always become dead names and its credit always comes back. */
     pthread_mutex_lock(&conn->lock);
     conn->dead = true;
     conn->death = why;
@@ -372,41 +386,17 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why) {
         pl_export_t *e = pl_handle_map_get(&conn->exports, conn->rx.dest);
         if (e != NULL) e->once++;
     }
-    uint32_t import_count = conn->imports.count, export_count = conn->exports.count;
-    pl_port_t **proxies = calloc(import_count + 1, sizeof *proxies);
-    pl_export_t **exports = calloc(export_count + 1, sizeof *exports);
-    if (proxies != NULL && exports != NULL) {
-        pl_port_t **p = proxies;
-        pl_export_t **e = exports;
-        pl_handle_map_each(&conn->imports, pl_conn_drop_import, &p);
-        pl_handle_map_each(&conn->exports, pl_conn_drop_export, &e);
-    } else {
-        import_count = export_count = 0; /* leaked rather than crashed: no memory left to walk the tables */
-    }
-    pl_handle_map_free(&conn->imports);
-    pl_handle_map_free(&conn->exports);
-    for (uint32_t i = 0; i < import_count; i++) {
-        pl_proxy_revive_locked(conn, proxies[i]); /* off the idle list */
-        proxies[i]->proxy->in_table = false;
-    }
-    pl_proxy_forget_imports(import_count);
+    pl_handle_map_t imports = conn->imports, exports = conn->exports;
+    conn->imports = conn->exports = (pl_handle_map_t){ 0 };
+    pl_handle_map_each(&imports, pl_conn_unlist_import_locked, conn);
+    pl_proxy_forget_imports(imports.count);
     pthread_mutex_unlock(&conn->lock);
     pthread_cond_broadcast(&conn->changed);
 
-    /* Proxies become dead names; the table's reference to each goes. */
-    for (uint32_t i = 0; i < import_count; i++) {
-        pl_port_t *proxy = proxies[i];
-        pthread_mutex_lock(&proxy->lock);
-        proxy->dead = true;
-        struct pl_notification *requests = pl_notify_take_all_locked(proxy);
-        pthread_mutex_unlock(&proxy->lock);
-        pl_notify_deliver(requests);
-        pl_port_release_internal(proxy);
-    }
-    /* The peer's rights to our ports go with it; credit lent to it comes back as room. */
-    for (uint32_t i = 0; i < export_count; i++) pl_export_drop(exports[i]);
-    free(proxies);
-    free(exports);
+    pl_handle_map_each(&imports, pl_conn_kill_import, NULL);
+    pl_handle_map_each(&exports, pl_conn_drop_export, NULL);
+    pl_handle_map_free(&imports);
+    pl_handle_map_free(&exports);
 
     /* A message in reassembly is discarded with what it carried. */
     if (conn->rx.active) {

@@ -367,17 +367,18 @@ typedef struct pl_notice {
     uint32_t handle;
 } pl_notice_t;
 
-/* Collects (connection, handle) for exports that `pick` selects (port lock held); the caller writes frames. */
-static uint32_t pl_collect_locked(pl_port_t *port, pl_notice_t **out, bool (*pick)(pl_export_t *e)) {
-    uint32_t n = 0;
-    for (pl_export_t *e = port->exports; e != NULL; e = e->next_of_port) n++;
-    *out = n > 0 ? calloc(n, sizeof **out) : NULL;
-    if (*out == NULL) return 0;
+/* Frames are written a batch at a time, after the port's lock is let go, from an array on the stack: telling
+ * peers of a port's death or asking back credit allocates nothing, so it cannot fail for memory. */
+#define PL_NOTICE_BATCH 16u
+
+/* Collects (connection, handle) for up to PL_NOTICE_BATCH exports that `pick` selects (port lock held); `pick`
+ * marks what it selects, so the next batch goes on from there. The caller writes the frames. */
+static uint32_t pl_collect_locked(pl_port_t *port, pl_notice_t *out, bool (*pick)(pl_export_t *e)) {
     uint32_t count = 0;
-    for (pl_export_t *e = port->exports; e != NULL; e = e->next_of_port) {
+    for (pl_export_t *e = port->exports; e != NULL && count < PL_NOTICE_BATCH; e = e->next_of_port) {
         if (!pick(e)) continue;
         pl_conn_retain(e->conn);
-        (*out)[count++] = (pl_notice_t){ .conn = e->conn, .handle = e->handle };
+        out[count++] = (pl_notice_t){ .conn = e->conn, .handle = e->handle };
     }
     return count;
 }
@@ -400,31 +401,37 @@ static bool pl_pick_for_death(pl_export_t *e) {
     return true;
 }
 
-static void pl_notify(pl_notice_t *notices, uint32_t count, pl_frame_type_t type) {
+static void pl_notify(const pl_notice_t *notices, uint32_t count, pl_frame_type_t type) {
     for (uint32_t i = 0; i < count; i++) {
         pl_conn_write_control(notices[i].conn, type, notices[i].handle, 0, 0);
         pl_conn_release(notices[i].conn);
     }
-    free(notices);
 }
 
 void pl_remote_reclaim(pl_port_t *port) {
-    pl_notice_t *notices;
-    pthread_mutex_lock(&port->lock);
-    uint32_t count = pl_collect_locked(port, &notices, pl_pick_for_reclaim);
-    bool room = !pl_port_full_locked(port);
-    pthread_mutex_unlock(&port->lock);
-    if (room) pthread_cond_broadcast(&port->senders);
-    pl_notify(notices, count, PL_FRAME_RECLAIM);
+    pl_notice_t notices[PL_NOTICE_BATCH];
+    uint32_t count;
+    do {
+        pthread_mutex_lock(&port->lock);
+        count = pl_collect_locked(port, notices, pl_pick_for_reclaim);
+        bool room = !pl_port_full_locked(port);
+        pthread_mutex_unlock(&port->lock);
+        if (room) pthread_cond_broadcast(&port->senders);
+        pl_notify(notices, count, PL_FRAME_RECLAIM);
+    } while (count == PL_NOTICE_BATCH);
 }
 
 void pl_remote_port_destroyed(pl_port_t *port) {
-    pl_notice_t *notices;
-    pthread_mutex_lock(&port->lock);
-    uint32_t count = pl_collect_locked(port, &notices, pl_pick_for_death);
-    pl_service_t *service = port->service;
-    pthread_mutex_unlock(&port->lock);
-    pl_notify(notices, count, PL_FRAME_DEAD);
+    pl_notice_t notices[PL_NOTICE_BATCH];
+    uint32_t count;
+    pl_service_t *service;
+    do {
+        pthread_mutex_lock(&port->lock);
+        count = pl_collect_locked(port, notices, pl_pick_for_death);
+        service = port->service;
+        pthread_mutex_unlock(&port->lock);
+        pl_notify(notices, count, PL_FRAME_DEAD);
+    } while (count == PL_NOTICE_BATCH);
     if (service != NULL) {
         /* The name goes now, on this thread, so that a process that exits right after destroying the port
          * leaves no socket behind; the listening socket and the lock are the transport thread's to close. The

@@ -207,6 +207,11 @@ struct pl_conn {
     pthread_mutex_t owed_lock;
     pl_export_t *owed_head;
 
+    /* Work for the transport that found no memory for a command (T.lock; pl_transport.c): noted here instead. */
+    uint32_t starved_work;    /* a bit per pl_command_kind_t */
+    const char *starved_why;  /* the first kill's reason */
+    struct pl_conn *next_starved;
+
     /* the shared-memory rings (pl_conn_ring.c) */
     pl_ring_t *ring;          /* write_lock to set (offered or adopted), freed at teardown; the reader's once reading */
     uint8_t ring_state;       /* write_lock: how this side's frames go (pl_conn_ring_state_t) */

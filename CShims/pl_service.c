@@ -386,8 +386,12 @@ pl_status_t pl_service_look_up(const char *directory, const char *name, int64_t 
         case PL_HELLO_REFUSED: status = PL_ERR_REFUSED; break;
         default: status = PL_ERR_NO_SPACE; break;
         }
+    } else if (conn->dead) {
+        /* Gone before it said hello: the service, or this side's transport, which ends a connection it has no
+         * memory for (its reasons say so). */
+        status = conn->death != NULL && strstr(conn->death, "memory") != NULL ? PL_ERR_NO_MEMORY : PL_ERR_UNKNOWN_SERVICE;
     } else {
-        status = conn->dead ? PL_ERR_UNKNOWN_SERVICE : PL_ERR_TIMED_OUT; /* gone before it said hello */
+        status = PL_ERR_TIMED_OUT;
     }
     pthread_mutex_unlock(&conn->lock);
     if (status != PL_OK) pl_transport_kill(conn, "look-up failed");

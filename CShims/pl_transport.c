@@ -61,6 +61,7 @@ static struct {
     bool started;
     int epoll_fd, wake_fd;
     pl_command_t *head, *tail;
+    pl_conn_t *starved;       /* connections with work noted on them, no memory for a command (pl_post_starved) */
     bool wake_pending;
     pl_conn_t *conns;
     pl_service_t *services;
@@ -139,6 +140,7 @@ static void pl_transport_after_fork_child(void) {
     T.started = false;
     T.epoll_fd = T.wake_fd = -1;
     T.head = T.tail = NULL; /* the parent's commands (leaked in the child) */
+    T.starved = NULL;
     /* The parent's withdrawals are the parent's, as its commands are. */
     atomic_store_explicit(&pl_withdrawals_done, atomic_load(&pl_withdrawals_begun), memory_order_relaxed);
     T.wake_pending = false;
@@ -225,6 +227,19 @@ pl_status_t pl_transport_start(void) {
 
 /* ---- commands --------------------------------------------------------------------------------------- */
 
+/* Wakes the transport for work just queued, unless a wake-up is pending already, and lets go of T.lock. */
+static void pl_wake_transport_unlock(void) {
+    bool wake = !T.wake_pending;
+    T.wake_pending = true;
+    int fd = T.wake_fd;
+    pthread_mutex_unlock(&T.lock);
+    if (wake && fd >= 0) {
+        uint64_t one = 1;
+        ssize_t n;
+        do { n = write(fd, &one, sizeof one); } while (n < 0 && errno == EINTR);
+    }
+}
+
 /* Fills in `command` (allocated by the caller) and queues it: whether it was. If not, it is freed. */
 static bool pl_post_command(pl_command_t *command, pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *port,
                             const char *why, uint32_t handle) {
@@ -242,15 +257,27 @@ static bool pl_post_command(pl_command_t *command, pl_command_kind_t kind, pl_co
     }
     if (T.tail != NULL) T.tail->next = command; else T.head = command;
     T.tail = command;
-    bool wake = !T.wake_pending;
-    T.wake_pending = true;
-    int fd = T.wake_fd;
-    pthread_mutex_unlock(&T.lock);
-    if (wake && fd >= 0) {
-        uint64_t one = 1;
-        ssize_t n;
-        do { n = write(fd, &one, sizeof one); } while (n < 0 && errno == EINTR);
+    pl_wake_transport_unlock();
+    return true;
+}
+
+/* Work for a connection with no memory for its command: a bit on the connection, which the transport runs as the
+ * command would (a drop becomes a look at every export for unused ones), so that no kill, read or drop is lost.
+ * Whether it was noted. */
+static bool pl_post_starved(pl_command_kind_t kind, pl_conn_t *conn, const char *why) {
+    pthread_mutex_lock(&T.lock);
+    if (!T.started) {
+        pthread_mutex_unlock(&T.lock);
+        return false;
     }
+    if (conn->starved_work == 0) {
+        pl_conn_retain(conn);
+        conn->next_starved = T.starved;
+        T.starved = conn;
+    }
+    conn->starved_work |= 1u << kind;
+    if (kind == PL_CMD_KILL && conn->starved_why == NULL) conn->starved_why = why;
+    pl_wake_transport_unlock();
     return true;
 }
 
@@ -258,7 +285,7 @@ static bool pl_post_command(pl_command_t *command, pl_command_kind_t kind, pl_co
 static bool pl_post_handle(pl_command_kind_t kind, pl_conn_t *conn, pl_port_t *port, const char *why,
                            uint32_t handle) {
     pl_command_t *command = calloc(1, sizeof *command);
-    if (command == NULL) return false; /* out of memory: the work is lost, not the process (credit waits for a WANT) */
+    if (command == NULL) return conn != NULL && pl_post_starved(kind, conn, why);
     return pl_post_command(command, kind, conn, port, why, handle);
 }
 
@@ -702,6 +729,73 @@ static void pl_end_rest_now(pl_conn_t *conn) {
 
 /* ---- the loop --------------------------------------------------------------------------------------- */
 
+/* PL_CMD_READ: a reader handed over a flood; on a resting connection, the watch must report what is left. */
+static void pl_run_read(pl_conn_t *conn) {
+    if (pl_read_conn(conn, pl_thread_frame_buffer()) == PL_READ_MORE &&
+        atomic_load_explicit(&conn->bell_watched, memory_order_acquire) < 0) {
+        pl_end_rest_now(conn);
+    }
+}
+
+/* Gathers the handles of unused exports, as many as fit (the connection's lock held). */
+typedef struct pl_unused_exports {
+    uint32_t handles[32];
+    uint32_t count;
+} pl_unused_exports_t;
+
+static void pl_gather_unused_export(uint32_t handle, void *value, void *context) {
+    pl_unused_exports_t *unused = context;
+    if (((pl_export_t *)value)->transfers == 0 && unused->count < 32) unused->handles[unused->count++] = handle;
+}
+
+/* PL_CMD_DROP_EXPORT: the export `handle` if no right to it is left in flight; with `every`, each such export of
+ * the connection (the drops noted when no command could be had). */
+static void pl_run_drop(pl_conn_t *conn, uint32_t handle, bool every) {
+    pthread_mutex_lock(&conn->read_lock); /* exports are freed by the reader only */
+    if (!every) {
+        pl_export_drop_if_unused(conn, handle);
+    } else {
+        pl_unused_exports_t unused;
+        do {
+            unused.count = 0;
+            pthread_mutex_lock(&conn->lock);
+            pl_handle_map_each(&conn->exports, pl_gather_unused_export, &unused);
+            pthread_mutex_unlock(&conn->lock);
+            for (uint32_t i = 0; i < unused.count; i++) pl_export_drop_if_unused(conn, unused.handles[i]);
+        } while (unused.count == 32);
+    }
+    pthread_mutex_unlock(&conn->read_lock);
+    /* A reader woken meanwhile left the reading to the holder: this thread (see pl_conn_read_turn). */
+    if (atomic_load_explicit(&conn->read_again, memory_order_seq_cst)) pl_read_conn(conn, pl_thread_frame_buffer());
+}
+
+/* Runs the work noted on connections for want of commands (pl_post_starved), one connection at a time: one noted
+ * again meanwhile is linked again, and taken again. */
+static void pl_run_starved(void) {
+    for (;;) {
+        pthread_mutex_lock(&T.lock);
+        pl_conn_t *conn = T.starved;
+        if (conn == NULL) {
+            pthread_mutex_unlock(&T.lock);
+            return;
+        }
+        T.starved = conn->next_starved;
+        uint32_t work = conn->starved_work;
+        const char *why = conn->starved_why;
+        conn->starved_work = 0;
+        conn->starved_why = NULL;
+        pthread_mutex_unlock(&T.lock);
+        if (work & (1u << PL_CMD_KILL)) {
+            pl_transport_end(conn, why != NULL ? why : "ended");
+        } else {
+            if (work & (1u << PL_CMD_FLUSH_OWED)) pl_conn_flush_owed(conn);
+            if (work & (1u << PL_CMD_DROP_EXPORT)) pl_run_drop(conn, 0, true);
+            if (work & (1u << PL_CMD_READ)) pl_run_read(conn);
+        }
+        pl_conn_release(conn);
+    }
+}
+
 static void pl_run_commands(void) {
     uint64_t value;
     ssize_t ignored = read(T.wake_fd, &value, sizeof value);
@@ -716,22 +810,8 @@ static void pl_run_commands(void) {
         switch (command->kind) {
         case PL_CMD_FLUSH_OWED: pl_conn_flush_owed(command->conn); break;
         case PL_CMD_KILL: pl_transport_end(command->conn, command->why); break;
-        case PL_CMD_DROP_EXPORT:
-            pthread_mutex_lock(&command->conn->read_lock); /* exports are freed by the reader only */
-            pl_export_drop_if_unused(command->conn, command->handle);
-            pthread_mutex_unlock(&command->conn->read_lock);
-            /* A reader woken meanwhile left the reading to the holder: this thread (see pl_conn_read_turn). */
-            if (atomic_load_explicit(&command->conn->read_again, memory_order_seq_cst)) {
-                pl_read_conn(command->conn, pl_thread_frame_buffer());
-            }
-            break;
-        case PL_CMD_READ:
-            /* A reader handed over a flood: on a resting connection, the watch must report what is left. */
-            if (pl_read_conn(command->conn, pl_thread_frame_buffer()) == PL_READ_MORE &&
-                atomic_load_explicit(&command->conn->bell_watched, memory_order_acquire) < 0) {
-                pl_end_rest_now(command->conn);
-            }
-            break;
+        case PL_CMD_DROP_EXPORT: pl_run_drop(command->conn, command->handle, false); break;
+        case PL_CMD_READ: pl_run_read(command->conn); break;
         case PL_CMD_WITHDRAW: {
             pl_port_t *port = command->port;
             pthread_mutex_lock(&port->lock);
@@ -763,6 +843,7 @@ static void pl_run_commands(void) {
         free(command);
         command = next;
     }
+    pl_run_starved();
 }
 
 static pl_read_result_t pl_read_conn(pl_conn_t *conn, uint8_t *buffer) {

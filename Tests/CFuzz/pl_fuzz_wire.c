@@ -138,6 +138,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     pl_conn_t *conn = pl_conn_new(pair[0], accepted);
     pl_port_t *port = NULL;
     if (conn == NULL || pl_port_create(4, 1024, &port) != PL_OK) fail("set-up");
+    /* The four send-once rights below: each set a slot of the port's queue aside when it was made. */
+    for (int i = 0; i < 4; i++) {
+        if (pl_port_set_aside(port) != PL_OK) fail("set-up");
+    }
     pthread_mutex_lock(&conn->lock);
     pl_wire_right_t right;
     bool dead;

@@ -21,6 +21,13 @@
  * PL_ERR_NO_MEMORY, and tears down what it made while the allocator is still out: destroying and releasing must
  * need no memory.
  *
+ * Across processes, two more modes count every thread's allocations, the client's transport thread's among them
+ * (so the numbering varies a little from run to run): one failing, then all from one on. A run must then either
+ * see what it sees when nothing fails or be told why (a call's error, the connection's end, a send-once notice for
+ * a lost answer), never wait in vain; and the connection must end cleanly. Last, a connection whose socket is full
+ * (the service's process stopped) when memory runs out for good must end: the send that found no memory says the
+ * destination is gone, and the transport, with no memory for the command either, ends the connection all the same.
+ *
  * After every run: no descriptor left open, no connection left, and nothing leaked (LeakSanitizer, asked after each
  * run, names the run).
  *
@@ -31,6 +38,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <sanitizer/lsan_interface.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -57,7 +65,18 @@ static _Thread_local long fail_from;   /* the first allocation that fails (0: no
 static _Thread_local long fail_until;  /* the first after it that succeeds again (LONG_MAX: none) */
 static _Thread_local long injected;    /* failures handed out in this run */
 
+/* The third mode counts every thread's allocations, the transport thread's among them, and fails one. */
+static atomic_bool every_thread;
+static atomic_long shared_allocations, shared_fail_from, shared_fail_until, shared_injected;
+
 static bool allocation_fails(void) {
+    if (atomic_load_explicit(&every_thread, memory_order_relaxed)) {
+        long n = atomic_fetch_add(&shared_allocations, 1) + 1;
+        if (n < atomic_load(&shared_fail_from) || n >= atomic_load(&shared_fail_until)) return false;
+        atomic_fetch_add(&shared_injected, 1);
+        errno = ENOMEM;
+        return true;
+    }
     if (!counting) return false;
     long n = ++allocations;
     if (fail_from == 0 || n < fail_from || n >= fail_until) return false;
@@ -106,6 +125,8 @@ static int open_descriptors(void) {
 
 typedef struct world {
     bool once;                   /* the one-failure mode: retry after PL_ERR_NO_MEMORY */
+    bool any_thread;             /* the transport thread's allocations fail too: see step_at */
+    bool remote;                 /* the workload across processes */
     bool stopped;                /* the all-fail mode hit PL_ERR_NO_MEMORY: the rest is skipped */
     long surfaced;               /* calls that returned PL_ERR_NO_MEMORY */
     pl_port_t *service, *replies, *watched;
@@ -127,6 +148,7 @@ typedef struct snapshot {
 
 static snapshot_t snapshot(const world_t *w) {
     snapshot_t s = { .descriptors = open_descriptors() };
+    if (w->remote) return s; /* answers arrive meanwhile, and the service lets go of rights */
     const pl_port_t *ports[3] = { w->service, w->replies, w->watched };
     for (int i = 0; i < 3; i++) {
         if (ports[i] == NULL) continue;
@@ -139,7 +161,7 @@ static snapshot_t snapshot(const world_t *w) {
 
 #define STEP(w, expr) step_at(w, __LINE__, #expr, ({ snapshot_t before_ = snapshot(w); \
         pl_status_t status_ = (expr); \
-        if (status_ == PL_ERR_NO_MEMORY) unchanged_at(w, __LINE__, #expr, before_); \
+        if (status_ == PL_ERR_NO_MEMORY && !(w)->any_thread) unchanged_at(w, __LINE__, #expr, before_); \
         if (status_ == PL_ERR_NO_MEMORY && (w)->once) status_ = (expr); \
         status_; }))
 
@@ -160,9 +182,17 @@ static void unchanged_at(world_t *w, int line, const char *call, snapshot_t befo
     }
 }
 
+/* With the transport thread's allocations failing, a call may also find the connection ended (the transport
+ * ends one whose message it cannot take: its rights die), and the workload stops there. What must never happen is
+ * a wait that runs out: a message lost without a word. */
 static bool step_at(world_t *w, int line, const char *call, pl_status_t status) {
     if (status == PL_OK) return true;
-    if (status == PL_ERR_NO_MEMORY && !w->once) {
+    bool connection_ended = status == PL_ERR_INVALID_DEST || status == PL_ERR_NO_SENDERS;
+    if ((status == PL_ERR_NO_MEMORY && !w->once) || (w->any_thread && connection_ended)) {
+        if (verbose && w->any_thread) {
+            counting = false;
+            printf("  %s, allocation %ld: %s: %s\n", run_name, run_n, call, pl_status_describe(status));
+        }
         w->stopped = true;
         return false;
     }
@@ -349,7 +379,7 @@ static pid_t start_service(void) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         close(ready[0]);
         pl_port_t *port = NULL;
-        if (pl_port_create(PL_QLIMIT_DEFAULT, 2 * BIG_REMOTE, &port) != PL_OK ||
+        if (pl_port_create(64, 2 * BIG_REMOTE, &port) != PL_OK ||
             pl_service_check_in(namespace_dir, SERVICE_NAME, port, NULL) != PL_OK) {
             _exit(2);
         }
@@ -387,6 +417,7 @@ static void work_remote(world_t *w) {
     pl_received_t m = no_message;
 
     if (!STEP(w, pl_port_create(PL_QLIMIT_DEFAULT, 2 * BIG_REMOTE, &w->replies))) return;
+    pl_port_set_no_senders_wakes(w->replies, 1); /* a service that can no longer answer says so at once */
     if (!STEP(w, pl_service_look_up(namespace_dir, SERVICE_NAME, REMOTE_TIMEOUT, &w->service))) return;
     if (!STEP(w, pl_port_send(w->service, 1, "hello", 5, w->replies, REMOTE_TIMEOUT))) return;
     if (!STEP(w, pl_port_send(w->service, 2, medium, sizeof medium, w->replies, REMOTE_TIMEOUT))) return;
@@ -406,6 +437,11 @@ static void work_remote(world_t *w) {
         m = no_message;
         if (!STEP(w, pl_port_receive(w->replies, &m, buffer, sizeof buffer, REMOTE_TIMEOUT))) return;
         trace(w, &m, buffer);
+        /* A request's answer lost to memory on this side comes as its right's notice: the requester is told. */
+        if (w->any_thread && (m.flags & PL_RECEIVED_NOTIFICATION) != 0) {
+            w->stopped = true;
+            return;
+        }
     }
 }
 
@@ -431,14 +467,17 @@ typedef enum { IN_PROCESS, ACROSS_PROCESSES } workload_t;
 
 typedef struct outcome {
     long allocations, injected, surfaced;
+    bool stopped;
     char trace[4096];
 } outcome_t;
 
 /* One run of a workload; `first` skips the descriptor check (the first run starts the transport thread, whose
  * descriptors stay). */
-static outcome_t run(workload_t workload, bool first, bool once, long from, long until) {
+static outcome_t run(workload_t workload, bool first, bool once, long from, long until, bool any_thread) {
     world_t *w = __real_calloc(1, sizeof *w);
     w->once = once;
+    w->any_thread = any_thread;
+    w->remote = workload == ACROSS_PROCESSES;
     w->bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     CHECK(w->bell >= 0 && pipe(w->pipe_fds) == 0);
     pid_t service = workload == ACROSS_PROCESSES ? start_service() : -1;
@@ -446,7 +485,12 @@ static outcome_t run(workload_t workload, bool first, bool once, long from, long
     allocations = injected = 0;
     fail_from = from;
     fail_until = until;
-    counting = true;
+    atomic_store(&shared_allocations, 0);
+    atomic_store(&shared_injected, 0);
+    atomic_store(&shared_fail_from, from == 0 ? LONG_MAX : from);
+    atomic_store(&shared_fail_until, until);
+    atomic_store(&every_thread, any_thread);
+    counting = !any_thread;
     if (workload == IN_PROCESS) {
         work(w);
         tear_down(w);
@@ -455,7 +499,13 @@ static outcome_t run(workload_t workload, bool first, bool once, long from, long
         tear_down_remote(w, service);
     }
     counting = false;
-    outcome_t outcome = { .allocations = allocations, .injected = injected, .surfaced = w->surfaced };
+    atomic_store(&every_thread, false);
+    outcome_t outcome = { .allocations = allocations, .injected = injected, .surfaced = w->surfaced,
+                          .stopped = w->stopped };
+    if (any_thread) {
+        outcome.allocations = atomic_load(&shared_allocations);
+        outcome.injected = atomic_load(&shared_injected);
+    }
     memcpy(outcome.trace, w->trace, sizeof outcome.trace);
     CHECK(first || open_descriptors() == descriptors);
     close(w->bell);
@@ -476,8 +526,8 @@ static long run_all(workload_t workload, const char *name) {
     /* The first run fills the layer's caches (payload memory; the transport thread); the second is the reference. */
     run_name = names[0];
     run_n = 0;
-    run(workload, true, true, 0, 0);
-    outcome_t reference = run(workload, false, true, 0, 0);
+    run(workload, true, true, 0, 0, false);
+    outcome_t reference = run(workload, false, true, 0, 0, false);
     CHECK(reference.allocations > 0 && reference.surfaced == 0);
     if (verbose) printf("%s: %ld allocations; received: %s\n", name, reference.allocations, reference.trace);
 
@@ -486,7 +536,7 @@ static long run_all(workload_t workload, const char *name) {
     run_name = names[1];
     long runs = 0, surfaced = 0;
     for (run_n = 1; run_n <= 4 * reference.allocations; run_n++, runs++) {
-        outcome_t o = run(workload, false, true, run_n, run_n + 1);
+        outcome_t o = run(workload, false, true, run_n, run_n + 1, false);
         if (o.injected == 0) break;
         if (strcmp(o.trace, reference.trace) != 0) {
             fail_at(__LINE__, "the receiver saw something else than when nothing fails", -1);
@@ -499,12 +549,88 @@ static long run_all(workload_t workload, const char *name) {
     run_name = names[2];
     runs = surfaced = 0;
     for (run_n = 1; run_n <= 4 * reference.allocations; run_n++, runs++) {
-        outcome_t o = run(workload, false, false, run_n, LONG_MAX);
+        outcome_t o = run(workload, false, false, run_n, LONG_MAX, false);
         if (o.injected == 0) break;
         surfaced += o.surfaced;
     }
     if (verbose) printf("%s: %ld runs, %ld stopped by PL_ERR_NO_MEMORY\n", names[2], runs, surfaced);
+    if (workload != ACROSS_PROCESSES) return reference.allocations;
+
+    /* Every thread's allocations, one failing: the transport thread's too. Each run either sees what it sees when
+     * nothing fails, or learns that the connection ended (or that memory ran out); it never waits in vain. */
+    static char name_any[128];
+    snprintf(name_any, sizeof name_any, "%s, one allocation of any thread failing", name);
+    run_name = name_any;
+    run_n = 0;
+    outcome_t counted = run(workload, false, true, 0, 0, true);
+    runs = 0;
+    long stopped = 0;
+    for (run_n = 1; run_n <= 4 * counted.allocations; run_n++, runs++) {
+        outcome_t o = run(workload, false, true, run_n, run_n + 1, true);
+        if (o.injected == 0) break;
+        if (o.stopped) {
+            stopped++;
+        } else if (strcmp(o.trace, reference.trace) != 0) {
+            fail_at(__LINE__, "the receiver saw something else than when nothing fails, and was not told why", -1);
+            fprintf(stderr, "  saw:      %s\n  expected: %s\n", o.trace, reference.trace);
+        }
+    }
+    if (verbose) printf("%s: %ld allocations, %ld runs, %ld stopped by an error\n", name_any, counted.allocations, runs, stopped);
+
+    /* Every thread's allocations failing from one on: the transport thread can no longer make anything, yet the
+     * connection must still end when the service's process dies, and leave nothing behind. */
+    static char name_all_any[128];
+    snprintf(name_all_any, sizeof name_all_any, "%s, every allocation of any thread failing from one on", name);
+    run_name = name_all_any;
+    runs = 0;
+    for (run_n = 1; run_n <= 4 * counted.allocations; run_n++, runs++) {
+        outcome_t o = run(workload, false, false, run_n, LONG_MAX, true);
+        if (o.injected == 0) break;
+    }
+    if (verbose) printf("%s: %ld runs\n", name_all_any, runs);
     return reference.allocations;
+}
+
+/* A connection whose frame finds no memory to wait in the outgoing queue must end (the send says the destination
+ * is gone), even when the transport's command to end it finds no memory either: the service's process is stopped,
+ * so that its socket fills, and from then on every allocation of every thread fails. */
+static void check_full_socket(void) {
+    run_name = "across processes, a full socket with no memory left";
+    run_n = 0;
+    pid_t service = start_service();
+    pl_port_t *right = NULL;
+    CHECK(service > 0 && pl_service_look_up(namespace_dir, SERVICE_NAME, REMOTE_TIMEOUT, &right) == PL_OK);
+    if (right == NULL) return;
+    CHECK(kill(service, SIGSTOP) == 0);
+    static uint8_t big[BIG_REMOTE];
+    atomic_store(&shared_allocations, 0);
+    atomic_store(&shared_fail_from, 1);
+    atomic_store(&shared_fail_until, LONG_MAX);
+    atomic_store(&every_thread, true);
+    pl_status_t status = PL_OK;
+    for (int i = 0; i < 64 && status == PL_OK; i++) status = pl_port_send(right, 1, big, sizeof big, NULL, 0);
+    CHECK(status == PL_ERR_INVALID_DEST || status == PL_ERR_TIMED_OUT);
+    bool queue_failed = status == PL_ERR_INVALID_DEST;
+    uint32_t connections = 1;
+    for (int i = 0; i < 400 && connections > 0 && queue_failed; i++) {
+        pl_remote_stats(&connections, NULL, NULL);
+        if (connections > 0) usleep(5000);
+    }
+    atomic_store(&every_thread, false);
+    CHECK(queue_failed); /* not the credit running out first: the service's queue holds 64 */
+    CHECK(connections == 0);
+    if (verbose) printf("%s: the send found the destination gone, and the connection ended\n", run_name);
+    pl_port_release_send(right);
+    kill(service, SIGKILL);
+    CHECK(waitpid(service, NULL, 0) == service);
+    uint32_t exports = 1, imports = 1;
+    connections = 1;
+    for (int i = 0; i < 1000 && connections + exports + imports > 0; i++) {
+        pl_remote_stats(&connections, &exports, &imports);
+        if (connections + exports + imports > 0) usleep(5000);
+    }
+    CHECK(connections == 0 && exports == 0 && imports == 0);
+    if (__lsan_do_recoverable_leak_check() != 0) fail_at(__LINE__, "memory leaked (LeakSanitizer's report above)", -1);
 }
 
 int main(int argc, char **argv) {
@@ -518,6 +644,7 @@ int main(int argc, char **argv) {
 
     long in_process = run_all(IN_PROCESS, "in one process");
     long across = run_all(ACROSS_PROCESSES, "across processes");
+    check_full_socket();
 
     /* What the service left in the namespace: its socket and its lock file. */
     DIR *dir = opendir(namespace_dir);
