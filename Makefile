@@ -157,7 +157,7 @@ alloc-fail: deps
 	$(CC_SANITIZE) $(STRESS_CFLAGS) $(SANITIZE) -fuse-ld=lld $(ALLOC_FAIL_WRAP) -o $(STRESS_DIR)/pl_alloc_fail \
 	    Tests/CStress/pl_alloc_fail.c $(wildcard CShims/*.c) $(STRESS_LIBS)
 	ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    $(STRESS_TIMEOUT) 300 $(STRESS_DIR)/pl_alloc_fail
+	PL_ALLOC_FAIL_TMP=$(abspath $(STRESS_DIR)) $(STRESS_TIMEOUT) 300 $(STRESS_DIR)/pl_alloc_fail
 
 # valgrind for stress-valgrind and stress-helgrind, with apt-get when missing.
 valgrind-deps:

@@ -195,11 +195,11 @@ static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, bool more, 
         }
     }
     pthread_mutex_unlock(&conn->lock);
+    conn->rx.dest = m->dest; /* before a discard: a send-once right used up above is told to its port there */
     if (!ok) {
         pl_rx_discard(conn);
         return false;
     }
-    conn->rx.dest = m->dest;
     conn->rx.id = m->id;
     conn->rx.total = m->total_size;
     conn->rx.received = 0;

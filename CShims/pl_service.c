@@ -249,10 +249,20 @@ pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port
 
 /* ---- admitting a peer -------------------------------------------------------------------------------- */
 
+/* Turns a peer away with a hello that says the service is full, written straight on its new socket (no connection
+ * could be made for it: no memory, or no watch), so that its look-up answers that rather than that nobody is there. */
+static void pl_service_turn_away(int fd) {
+    uint8_t frame[PL_WIRE_HELLO_SIZE];
+    size_t length = pl_wire_encode_hello(frame, PL_WIRE_VERSION, PL_HELLO_FULL, (pl_wire_right_t){ 0 });
+    ssize_t sent;
+    do { sent = send(fd, frame, length, MSG_NOSIGNAL | MSG_DONTWAIT); } while (sent < 0 && errno == EINTR);
+}
+
 void pl_service_accepted(pl_service_t *service, pl_pending_socket_t *pending) {
     pl_sender_t peer;
     pl_conn_t *conn = NULL;
     if (pl_identity_of_peer(pending->fd, &peer) != PL_OK || (conn = pl_conn_new(pending->fd, true)) == NULL) {
+        pl_service_turn_away(pending->fd);
         pl_transport_pending_drop(pending);
         return;
     }
@@ -260,6 +270,7 @@ void pl_service_accepted(pl_service_t *service, pl_pending_socket_t *pending) {
     conn->service = service;
     atomic_fetch_add_explicit(&service->refs, 1, memory_order_relaxed);
     if (pl_transport_add_conn(conn, pending) != PL_OK) {
+        pl_service_turn_away(pending->fd);
         conn->fd = -1; /* the pending socket's, closed with it */
         pl_conn_teardown(conn, "could not watch the connection");
         pl_transport_pending_drop(pending);

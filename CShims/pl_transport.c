@@ -769,30 +769,34 @@ static void pl_run_drop(pl_conn_t *conn, uint32_t handle, bool every) {
     if (atomic_load_explicit(&conn->read_again, memory_order_seq_cst)) pl_read_conn(conn, pl_thread_frame_buffer());
 }
 
-/* Runs the work noted on connections for want of commands (pl_post_starved), one connection at a time: one noted
- * again meanwhile is linked again, and taken again. */
+/* Runs the work noted on connections for want of commands (pl_post_starved): what is noted when it begins, taken
+ * whole as commands are, so that work noted meanwhile (a read that finds a flood, with memory still out) waits for
+ * the next wake-up instead of keeping the transport from its other connections. The work moves to fields of the
+ * transport's own, and the list to their links: a connection noted again meanwhile is linked by the others. */
 static void pl_run_starved(void) {
-    for (;;) {
-        pthread_mutex_lock(&T.lock);
-        pl_conn_t *conn = T.starved;
-        if (conn == NULL) {
-            pthread_mutex_unlock(&T.lock);
-            return;
-        }
-        T.starved = conn->next_starved;
-        uint32_t work = conn->starved_work;
-        const char *why = conn->starved_why;
+    pthread_mutex_lock(&T.lock);
+    pl_conn_t *taken = T.starved;
+    T.starved = NULL;
+    for (pl_conn_t *conn = taken; conn != NULL; conn = conn->next_starved) {
+        conn->taken_work = conn->starved_work;
+        conn->taken_why = conn->starved_why;
+        conn->next_taken = conn->next_starved;
         conn->starved_work = 0;
         conn->starved_why = NULL;
-        pthread_mutex_unlock(&T.lock);
+    }
+    pthread_mutex_unlock(&T.lock);
+    while (taken != NULL) {
+        pl_conn_t *conn = taken;
+        taken = conn->next_taken;
+        uint32_t work = conn->taken_work;
         if (work & (1u << PL_CMD_KILL)) {
-            pl_transport_end(conn, why != NULL ? why : "ended");
+            pl_transport_end(conn, conn->taken_why != NULL ? conn->taken_why : "ended");
         } else {
             if (work & (1u << PL_CMD_FLUSH_OWED)) pl_conn_flush_owed(conn);
             if (work & (1u << PL_CMD_DROP_EXPORT)) pl_run_drop(conn, 0, true);
             if (work & (1u << PL_CMD_READ)) pl_run_read(conn);
         }
-        pl_conn_release(conn);
+        pl_conn_release(conn); /* the list's */
     }
 }
 

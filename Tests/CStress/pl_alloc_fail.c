@@ -27,13 +27,18 @@
  * a lost answer), never wait in vain; and the connection must end cleanly. Last, a connection whose socket is full
  * (the service's process stopped) when memory runs out for good must end: the send that found no memory says the
  * destination is gone, and the transport, with no memory for the command either, ends the connection all the same.
+ * And work posted to the transport with no memory for its command (a credit flush, a read, a drop) is run all the
+ * same, the connection still carrying a message and its answer afterwards. Last, the service's own process fails
+ * one allocation at a time (from its check-in on): the client sees what it sees when nothing fails or is told why,
+ * and what it saw before being told is the reference's beginning (the service's count of messages received
+ * included, so a message dropped unseen shows); the service's process lives until it is killed.
  *
  * After every run: no descriptor left open, no connection left, and nothing leaked (LeakSanitizer, asked after each
  * run, names the run).
  *
  * Usage: pl_alloc_fail [-v]     -v prints each mode's run count and where the failures surfaced.
  */
-#include "portloop.h"
+#include "pl_remote.h" /* a port's set_aside, checked to come back to zero; a connection's noted work */
 
 #include <dirent.h>
 #include <errno.h>
@@ -47,6 +52,7 @@
 #include <string.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -69,11 +75,20 @@ static _Thread_local long injected;    /* failures handed out in this run */
 static atomic_bool every_thread;
 static atomic_long shared_allocations, shared_fail_from, shared_fail_until, shared_injected;
 
+/* In one mode the service's process fails one of its allocations (every thread's, from its check-in on); its counts
+ * are kept in memory both processes map, for the client to read. */
+typedef struct service_counts {
+    atomic_long allocations, injected;
+} service_counts_t;
+static service_counts_t *service_counts;
+static bool in_service;     /* this process is the service */
+static long service_fail_at; /* the service's allocation to fail (0: none); read by the child after fork() */
+
 static bool allocation_fails(void) {
     if (atomic_load_explicit(&every_thread, memory_order_relaxed)) {
-        long n = atomic_fetch_add(&shared_allocations, 1) + 1;
+        long n = atomic_fetch_add(in_service ? &service_counts->allocations : &shared_allocations, 1) + 1;
         if (n < atomic_load(&shared_fail_from) || n >= atomic_load(&shared_fail_until)) return false;
-        atomic_fetch_add(&shared_injected, 1);
+        atomic_fetch_add(in_service ? &service_counts->injected : &shared_injected, 1);
         errno = ENOMEM;
         return true;
     }
@@ -127,7 +142,8 @@ typedef struct world {
     bool once;                   /* the one-failure mode: retry after PL_ERR_NO_MEMORY */
     bool any_thread;             /* the transport thread's allocations fail too: see step_at */
     bool remote;                 /* the workload across processes */
-    bool stopped;                /* the all-fail mode hit PL_ERR_NO_MEMORY: the rest is skipped */
+    bool stopped;                /* told to stop (out of memory for good, the connection ended, a notice): the rest
+                                  * is skipped */
     long surfaced;               /* calls that returned PL_ERR_NO_MEMORY */
     pl_port_t *service, *replies, *watched;
     pl_port_set_t *set;
@@ -139,8 +155,8 @@ typedef struct world {
 } world_t;
 
 /* What a call that may fail for memory does: PL_OK goes on; PL_ERR_NO_MEMORY must have left the counted state as it
- * was, and the call is made again in the one-failure mode (and must then succeed) or stops the workload in the
- * other. `ports` are the ports whose queue and rights the call could change. */
+ * was (the world's ports' queues and rights, and the open descriptors), and the call is made again in the
+ * one-failure mode (and must then succeed) or stops the workload in the other. */
 typedef struct snapshot {
     uint32_t queued[3], sends[3], once[3];
     int descriptors;
@@ -182,16 +198,19 @@ static void unchanged_at(world_t *w, int line, const char *call, snapshot_t befo
     }
 }
 
-/* With the transport thread's allocations failing, a call may also find the connection ended (the transport
- * ends one whose message it cannot take: its rights die), and the workload stops there. What must never happen is
- * a wait that runs out: a message lost without a word. */
+/* With the transport thread's or the service's allocations failing, a call may also find the connection ended (a
+ * transport ends one whose message it cannot take: its rights die) or the service full, and the workload stops
+ * there. What must never happen is a wait that runs out: a message lost without a word. */
 static bool step_at(world_t *w, int line, const char *call, pl_status_t status) {
     if (status == PL_OK) return true;
-    bool connection_ended = status == PL_ERR_INVALID_DEST || status == PL_ERR_NO_SENDERS;
+    bool connection_ended = status == PL_ERR_INVALID_DEST || status == PL_ERR_NO_SENDERS ||
+                            status == PL_ERR_NO_SPACE; /* the service could not take the connection */
     if ((status == PL_ERR_NO_MEMORY && !w->once) || (w->any_thread && connection_ended)) {
         if (verbose && w->any_thread) {
+            bool was = counting;
             counting = false;
             printf("  %s, allocation %ld: %s: %s\n", run_name, run_n, call, pl_status_describe(status));
+            counting = was;
         }
         w->stopped = true;
         return false;
@@ -360,7 +379,7 @@ static void tear_down(world_t *w) {
 
 /* ---- the workload across processes ---------------------------------------------------------------- */
 
-static char namespace_dir[64];
+static char namespace_dir[PL_NAMESPACE_PATH_MAX + 1];
 #define SERVICE_NAME "alloc-fail"
 #define BIG_REMOTE 100000 /* in fragments */
 
@@ -384,6 +403,12 @@ static pid_t start_service(void) {
             _exit(2);
         }
         if (write(ready[1], "r", 1) != 1) _exit(3);
+        if (service_fail_at > 0) {
+            in_service = true;
+            atomic_store(&shared_fail_from, service_fail_at);
+            atomic_store(&shared_fail_until, service_fail_at + 1);
+            atomic_store(&every_thread, true);
+        }
         uint8_t *buffer = __real_malloc(2 * BIG_REMOTE);
         for (;;) {
             pl_received_t m;
@@ -436,12 +461,12 @@ static void work_remote(world_t *w) {
     for (int i = 0; i < 4; i++) {
         m = no_message;
         if (!STEP(w, pl_port_receive(w->replies, &m, buffer, sizeof buffer, REMOTE_TIMEOUT))) return;
-        trace(w, &m, buffer);
-        /* A request's answer lost to memory on this side comes as its right's notice: the requester is told. */
+        /* A request's answer lost to memory comes as its right's notice: the requester is told. */
         if (w->any_thread && (m.flags & PL_RECEIVED_NOTIFICATION) != 0) {
             w->stopped = true;
             return;
         }
+        trace(w, &m, buffer);
     }
 }
 
@@ -451,7 +476,9 @@ static void tear_down_remote(world_t *w, pid_t service) {
     if (w->replies != NULL) pl_port_destroy(w->replies);
     if (service > 0) {
         kill(service, SIGKILL);
-        CHECK(waitpid(service, NULL, 0) == service);
+        int status = 0;
+        CHECK(waitpid(service, &status, 0) == service);
+        CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL); /* it lived until then, whatever failed in it */
     }
     uint32_t connections = 1, exports = 1, imports = 1;
     for (int i = 0; i < 1000 && connections + exports + imports > 0; i++) {
@@ -473,10 +500,14 @@ typedef struct outcome {
 
 /* One run of a workload; `first` skips the descriptor check (the first run starts the transport thread, whose
  * descriptors stay). */
-static outcome_t run(workload_t workload, bool first, bool once, long from, long until, bool any_thread) {
+static outcome_t run(workload_t workload, bool first, bool once, long from, long until, bool any_thread,
+                     long service_fail) {
     world_t *w = __real_calloc(1, sizeof *w);
     w->once = once;
-    w->any_thread = any_thread;
+    w->any_thread = any_thread || service_fail > 0; /* the connection may end: see step_at */
+    service_fail_at = service_fail;
+    atomic_store(&service_counts->allocations, 0);
+    atomic_store(&service_counts->injected, 0);
     w->remote = workload == ACROSS_PROCESSES;
     w->bell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     CHECK(w->bell >= 0 && pipe(w->pipe_fds) == 0);
@@ -491,12 +522,17 @@ static outcome_t run(workload_t workload, bool first, bool once, long from, long
     atomic_store(&shared_fail_until, until);
     atomic_store(&every_thread, any_thread);
     counting = !any_thread;
-    if (workload == IN_PROCESS) {
-        work(w);
-        tear_down(w);
-    } else {
-        work_remote(w);
-        tear_down_remote(w, service);
+    if (workload == IN_PROCESS) work(w); else work_remote(w);
+    /* Each slot set aside (a notification request's, a send-once right's) is taken or given back by the end. */
+    pl_port_t *kept[3] = { w->service, w->replies, w->watched };
+    for (int i = 0; i < 3; i++) {
+        if (kept[i] != NULL) pl_port_retain_memory(kept[i]);
+    }
+    if (workload == IN_PROCESS) tear_down(w); else tear_down_remote(w, service);
+    for (int i = 0; i < 3; i++) {
+        if (kept[i] == NULL) continue;
+        CHECK(kept[i]->set_aside == 0);
+        pl_port_release_memory(kept[i]);
     }
     counting = false;
     atomic_store(&every_thread, false);
@@ -505,7 +541,11 @@ static outcome_t run(workload_t workload, bool first, bool once, long from, long
     if (any_thread) {
         outcome.allocations = atomic_load(&shared_allocations);
         outcome.injected = atomic_load(&shared_injected);
+    } else if (service_fail > 0) {
+        outcome.allocations = atomic_load(&service_counts->allocations);
+        outcome.injected = atomic_load(&service_counts->injected);
     }
+    service_fail_at = 0;
     memcpy(outcome.trace, w->trace, sizeof outcome.trace);
     CHECK(first || open_descriptors() == descriptors);
     close(w->bell);
@@ -514,6 +554,13 @@ static outcome_t run(workload_t workload, bool first, bool once, long from, long
     free(w);
     if (__lsan_do_recoverable_leak_check() != 0) fail_at(__LINE__, "memory leaked (LeakSanitizer's report above)", -1);
     return outcome;
+}
+
+/* Whether a run saw what the reference saw, or, if it was stopped (told why), the beginning of it: what came before
+ * the error must still be what comes when nothing fails (a message dropped unseen shows in the service's count). */
+static bool same_or_told(const outcome_t *o, const outcome_t *reference) {
+    if (!o->stopped) return strcmp(o->trace, reference->trace) == 0;
+    return strncmp(o->trace, reference->trace, strlen(o->trace)) == 0;
 }
 
 /* Runs one workload in both modes; returns how many allocations its reference run made. */
@@ -526,8 +573,8 @@ static long run_all(workload_t workload, const char *name) {
     /* The first run fills the layer's caches (payload memory; the transport thread); the second is the reference. */
     run_name = names[0];
     run_n = 0;
-    run(workload, true, true, 0, 0, false);
-    outcome_t reference = run(workload, false, true, 0, 0, false);
+    run(workload, true, true, 0, 0, false, 0);
+    outcome_t reference = run(workload, false, true, 0, 0, false, 0);
     CHECK(reference.allocations > 0 && reference.surfaced == 0);
     if (verbose) printf("%s: %ld allocations; received: %s\n", name, reference.allocations, reference.trace);
 
@@ -536,7 +583,7 @@ static long run_all(workload_t workload, const char *name) {
     run_name = names[1];
     long runs = 0, surfaced = 0;
     for (run_n = 1; run_n <= 4 * reference.allocations; run_n++, runs++) {
-        outcome_t o = run(workload, false, true, run_n, run_n + 1, false);
+        outcome_t o = run(workload, false, true, run_n, run_n + 1, false, 0);
         if (o.injected == 0) break;
         if (strcmp(o.trace, reference.trace) != 0) {
             fail_at(__LINE__, "the receiver saw something else than when nothing fails", -1);
@@ -549,7 +596,7 @@ static long run_all(workload_t workload, const char *name) {
     run_name = names[2];
     runs = surfaced = 0;
     for (run_n = 1; run_n <= 4 * reference.allocations; run_n++, runs++) {
-        outcome_t o = run(workload, false, false, run_n, LONG_MAX, false);
+        outcome_t o = run(workload, false, false, run_n, LONG_MAX, false, 0);
         if (o.injected == 0) break;
         surfaced += o.surfaced;
     }
@@ -562,18 +609,17 @@ static long run_all(workload_t workload, const char *name) {
     snprintf(name_any, sizeof name_any, "%s, one allocation of any thread failing", name);
     run_name = name_any;
     run_n = 0;
-    outcome_t counted = run(workload, false, true, 0, 0, true);
+    outcome_t counted = run(workload, false, true, 0, 0, true, 0);
     runs = 0;
     long stopped = 0;
     for (run_n = 1; run_n <= 4 * counted.allocations; run_n++, runs++) {
-        outcome_t o = run(workload, false, true, run_n, run_n + 1, true);
+        outcome_t o = run(workload, false, true, run_n, run_n + 1, true, 0);
         if (o.injected == 0) break;
-        if (o.stopped) {
-            stopped++;
-        } else if (strcmp(o.trace, reference.trace) != 0) {
+        if (!same_or_told(&o, &reference)) {
             fail_at(__LINE__, "the receiver saw something else than when nothing fails, and was not told why", -1);
             fprintf(stderr, "  saw:      %s\n  expected: %s\n", o.trace, reference.trace);
         }
+        stopped += o.stopped;
     }
     if (verbose) printf("%s: %ld allocations, %ld runs, %ld stopped by an error\n", name_any, counted.allocations, runs, stopped);
 
@@ -584,10 +630,27 @@ static long run_all(workload_t workload, const char *name) {
     run_name = name_all_any;
     runs = 0;
     for (run_n = 1; run_n <= 4 * counted.allocations; run_n++, runs++) {
-        outcome_t o = run(workload, false, false, run_n, LONG_MAX, true);
+        outcome_t o = run(workload, false, false, run_n, LONG_MAX, true, 0);
         if (o.injected == 0) break;
     }
     if (verbose) printf("%s: %ld runs\n", name_all_any, runs);
+
+    /* The service's process failing one of its allocations (any thread's, from its check-in on): the client sees
+     * what it sees when nothing fails or is told why; the service's process lives on. */
+    static char name_service[128];
+    snprintf(name_service, sizeof name_service, "%s, one allocation of the service's process failing", name);
+    run_name = name_service;
+    runs = stopped = 0;
+    for (run_n = 1; run_n <= 1000; run_n++, runs++) {
+        outcome_t o = run(workload, false, true, 0, 0, false, run_n);
+        if (o.injected == 0) break;
+        if (!same_or_told(&o, &reference)) {
+            fail_at(__LINE__, "the client saw something else than when nothing fails, and was not told why", -1);
+            fprintf(stderr, "  saw:      %s\n  expected: %s\n", o.trace, reference.trace);
+        }
+        stopped += o.stopped;
+    }
+    if (verbose) printf("%s: %ld runs, %ld stopped by an error\n", name_service, runs, stopped);
     return reference.allocations;
 }
 
@@ -633,18 +696,80 @@ static void check_full_socket(void) {
     if (__lsan_do_recoverable_leak_check() != 0) fail_at(__LINE__, "memory leaked (LeakSanitizer's report above)", -1);
 }
 
+/* Work for the transport that finds no memory for its command (a credit flush, a read, a drop) is noted on its
+ * connection and run all the same: with every allocation failing, each of the three is posted, the transport takes
+ * them, and once memory is back the connection still carries a message and its answer. */
+static void check_starved_work(void) {
+    run_name = "across processes, transport work with no memory for its command";
+    run_n = 0;
+    pid_t service = start_service();
+    pl_port_t *right = NULL, *replies = NULL;
+    CHECK(pl_port_create(PL_QLIMIT_DEFAULT, 64, &replies) == PL_OK);
+    CHECK(service > 0 && pl_service_look_up(namespace_dir, SERVICE_NAME, REMOTE_TIMEOUT, &right) == PL_OK);
+    if (right != NULL && replies != NULL) {
+        pl_conn_t *conn = right->proxy->conn;
+        atomic_store(&shared_allocations, 0);
+        atomic_store(&shared_injected, 0);
+        atomic_store(&shared_fail_from, 1);
+        atomic_store(&shared_fail_until, LONG_MAX);
+        atomic_store(&every_thread, true);
+        pl_transport_flush_owed(conn);
+        pl_transport_read(conn);
+        pl_transport_drop_export(conn, 1u << 30); /* a handle never given out: nothing unused is found */
+        long failed = atomic_load(&shared_injected);
+        bool taken = false;
+        for (int i = 0; i < 400 && !taken; i++) {
+            taken = __atomic_load_n(&conn->starved_work, __ATOMIC_ACQUIRE) == 0;
+            if (!taken) usleep(5000);
+        }
+        atomic_store(&every_thread, false);
+        CHECK(failed >= 3); /* the three commands found no memory */
+        CHECK(taken);
+        uint8_t buffer[64];
+        pl_received_t m = no_message;
+        CHECK(pl_port_send(right, 7, "x", 1, replies, REMOTE_TIMEOUT) == PL_OK);
+        CHECK(pl_port_receive(replies, &m, buffer, sizeof buffer, REMOTE_TIMEOUT) == PL_OK && m.id == 107);
+        if (verbose) printf("%s: %ld commands noted on the connection and run\n", run_name, failed);
+    }
+    if (right != NULL) pl_port_release_send(right);
+    if (replies != NULL) pl_port_destroy(replies);
+    if (service > 0) {
+        kill(service, SIGKILL);
+        CHECK(waitpid(service, NULL, 0) == service);
+    }
+    uint32_t connections = 1, exports = 1, imports = 1;
+    for (int i = 0; i < 1000 && connections + exports + imports > 0; i++) {
+        pl_remote_stats(&connections, &exports, &imports);
+        if (connections + exports + imports > 0) usleep(5000);
+    }
+    CHECK(connections == 0 && exports == 0 && imports == 0);
+    if (__lsan_do_recoverable_leak_check() != 0) fail_at(__LINE__, "memory leaked (LeakSanitizer's report above)", -1);
+}
+
 int main(int argc, char **argv) {
     verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     setvbuf(stdout, NULL, _IOLBF, 0);
-    snprintf(namespace_dir, sizeof namespace_dir, "/tmp/pl-alloc-fail-XXXXXX");
+    service_counts = mmap(NULL, sizeof *service_counts, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (service_counts == MAP_FAILED) {
+        perror("pl_alloc_fail: mmap");
+        return 1;
+    }
+    /* Under PL_ALLOC_FAIL_TMP when set and short enough for a namespace (make puts it in the build directory, so
+     * that a run that aborts leaves nothing elsewhere), else /tmp. */
+    const char *parent = getenv("PL_ALLOC_FAIL_TMP");
+    int length = parent != NULL ? snprintf(namespace_dir, sizeof namespace_dir, "%s/pl-alloc-fail-XXXXXX", parent) : -1;
+    if (length < 0 || (size_t)length >= sizeof namespace_dir) {
+        snprintf(namespace_dir, sizeof namespace_dir, "/tmp/pl-alloc-fail-XXXXXX");
+    }
     if (mkdtemp(namespace_dir) == NULL) {
-        perror("mkdtemp");
+        perror("pl_alloc_fail: mkdtemp");
         return 1;
     }
 
     long in_process = run_all(IN_PROCESS, "in one process");
     long across = run_all(ACROSS_PROCESSES, "across processes");
     check_full_socket();
+    check_starved_work();
 
     /* What the service left in the namespace: its socket and its lock file. */
     DIR *dir = opendir(namespace_dir);

@@ -1597,12 +1597,15 @@ static void fork_during_check_in_body(void) {
 typedef struct {
     pl_port_t *port;
     int64_t delay_ns;
+    atomic_bool running;      /* the destroying thread has started */
     atomic_bool go;           /* the check-in begins */
 } delayed_destroy_t;
 
-/* Destroys the port `delay_ns` after the check-in begins. Yields while it waits: valgrind runs one thread at a time. */
+/* Destroys the port `delay_ns` after the check-in begins. Yields while it waits: valgrind runs one thread at a time.
+ * Says it runs first: a thread valgrind has not yet run when the check-in begins would start only after it. */
 static void *destroy_after_delay(void *arg) {
     delayed_destroy_t *destroy = arg;
+    atomic_store(&destroy->running, true);
     while (!atomic_load(&destroy->go)) sched_yield();
     int64_t until = now_ns() + destroy->delay_ns;
     while (now_ns() < until) sched_yield();
@@ -1643,8 +1646,10 @@ static void destroy_during_check_in_body(void) {
         CHECK_OK(pl_port_make_send(port)); /* keeps the memory the check-in uses past the destruction */
         delayed_destroy_t destroy = { .port = port, .delay_ns = rand_r(&seed) % (2 * check_in_ns + 1) };
         atomic_init(&destroy.go, false);
+        atomic_init(&destroy.running, false);
         pthread_t thread;
         CHECK(pthread_create(&thread, NULL, destroy_after_delay, &destroy) == 0);
+        while (!atomic_load(&destroy.running)) sched_yield();
         atomic_store(&destroy.go, true);
         pl_status_t status = pl_service_check_in(dir, "svc", port, NULL);
         CHECK(pthread_join(thread, NULL) == 0);
