@@ -380,12 +380,8 @@ void pl_conn_teardown(pl_conn_t *conn, const char *why) {
     pthread_mutex_lock(&conn->lock);
     conn->dead = true;
     conn->death = why;
-    if (conn->rx.active && conn->rx.once) {
-        /* A message through a send-once right, cut off half-way: the right is counted again, so that its port
-         * is told with the others the peer held. */
-        pl_export_t *e = pl_handle_map_get(&conn->exports, conn->rx.dest);
-        if (e != NULL) e->once++;
-    }
+    /* A message through a send-once right cut off half-way: its right is still counted in its export, and its port
+     * is told with the others the peer held (pl_conn_receive.c). */
     pl_handle_map_t imports = conn->imports, exports = conn->exports;
     conn->imports = conn->exports = (pl_handle_map_t){ 0 };
     pl_handle_map_each(&imports, pl_conn_unlist_import_locked, conn);

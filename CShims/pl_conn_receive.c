@@ -55,14 +55,18 @@ static pl_port_t *pl_once_right_received_locked(pl_conn_t *conn, pl_wire_right_t
     return e->port;
 }
 
-/* Drops what a message under construction owns (no lock held). A message that used up a send-once right and is
- * lost (memory ran out) leaves its port the notice, as if the right had been dropped. */
+/* Drops what a message under construction owns (no lock held). A message through a send-once right that is lost
+ * (memory ran out) uses the right up and leaves its port the notice, as if the right had been dropped; unless the
+ * export went meanwhile, whose drop told it with the others. */
 static void pl_rx_discard(pl_conn_t *conn) {
     if (conn->rx.once) {
         pthread_mutex_lock(&conn->lock);
         pl_export_t *e = pl_handle_map_get(&conn->exports, conn->rx.dest);
-        pl_port_t *port = e != NULL ? e->port : NULL;
-        if (port != NULL) pl_port_retain_internal(port);
+        pl_port_t *port = e != NULL && e->once > 0 ? e->port : NULL;
+        if (port != NULL) {
+            e->once--;
+            pl_port_retain_internal(port);
+        }
         pthread_mutex_unlock(&conn->lock);
         if (port != NULL) {
             pl_port_post_send_once_notice(port);
@@ -124,6 +128,12 @@ static bool pl_rx_deliver(pl_conn_t *conn, const uint8_t *inline_bytes, const ch
     memset(&conn->rx, 0, sizeof conn->rx);
 
     pl_port_t *port = e->port;
+    if (once) {
+        /* The right is used up now (the export stays while this reader runs: only readers drop exports). */
+        pthread_mutex_lock(&conn->lock);
+        if (e->once > 0) e->once--;
+        pthread_mutex_unlock(&conn->lock);
+    }
     pl_status_t status = once ? pl_port_enqueue_once(port, &slot) : pl_port_enqueue_remote(port, &slot, e);
     if (status == PL_OK) {
         pl_feeder_learn(port, conn); /* next time, the port's receiver reads the socket itself */
@@ -159,14 +169,12 @@ static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, bool more, 
     bool ok = e != NULL && m->total_size <= max_size;
     if (e == NULL) *reason = "message: to a handle this side never gave out";
     else if (!ok) *reason = "message: larger than its port takes";
-    if (ok && once) {
-        /* Through a send-once right: one this side gave out and the peer has not used. */
-        if (conn->peer_version < 3 || e->once == 0) {
-            *reason = "message: through a send-once right this side never gave out";
-            ok = false;
-        } else {
-            e->once--;
-        }
+    if (ok && once && (conn->peer_version < 3 || e->once == 0)) {
+        /* Through a send-once right: one this side gave out and the peer has not used. It stays counted in the
+         * export until its message is queued, so that its end is told once whatever ends it first: a discard here
+         * (pl_rx_discard), or the export's drop or the connection's end, which tell each right counted. */
+        *reason = "message: through a send-once right this side never gave out";
+        ok = false;
     }
     conn->rx.active = ok;
     conn->rx.once = ok && once;
