@@ -33,8 +33,8 @@
 #                valgrind's memcheck (stress-valgrind), ThreadSanitizer (stress-tsan) and helgrind for
 #                lock-order inversions (stress-helgrind); installs valgrind with apt-get when missing
 #   alloc-fail   every allocation of the C layer made to fail in turn under two workloads (in one process;
-#                a client of a service in another), then all from each on (Tests/CStress/pl_alloc_fail.c; a few
-#                seconds, under AddressSanitizer)
+#                a client of a service in another, its transport thread and the service's process failing too),
+#                then all from each on (Tests/CStress/pl_alloc_fail.c; a few seconds, under AddressSanitizer)
 #   clean        remove every build directory
 #
 # Every recipe line is a separate command; make stops at the first one that fails, so `make test` exits

@@ -386,12 +386,14 @@ void pl_port_give_back(pl_port_t *port) {
     pthread_mutex_unlock(&port->lock);
 }
 
-/* Queues a slot into the room set aside for it (lock held, port alive): nothing to allocate, since the ring
- * always holds every slot spoken for. */
-static void pl_ring_put_set_aside_locked(pl_port_t *port, const pl_slot_t *slot) {
+/* Queues a slot into the room set aside for it (lock held): nothing to allocate, since the ring always holds every
+ * slot spoken for. The slot is taken either way; a dead port queues nothing (false). */
+static bool pl_ring_put_set_aside_locked(pl_port_t *port, const pl_slot_t *slot) {
     port->set_aside--;
+    if (port->dead) return false;
     port->ring[(port->head + port->count) % port->ring_capacity] = *slot;
     port->count++;
+    return true;
 }
 
 /* Waits for room as a local sender (lock held). Room lent to other processes and not used is reclaimed. */
@@ -434,7 +436,7 @@ static inline pl_status_t pl_port_enqueue_local(pl_port_t *port, pl_slot_t *slot
     if (reply != NULL) {
         if (mode == PL_REPLY_SEND) pl_port_make_send(reply);
         else if (mode == PL_REPLY_MAKE_ONCE) pl_port_add_send_once(reply); /* its slot set aside before */
-        else *reply_taken = true; /* the caller's send-once right moves into the message */
+        if (mode != PL_REPLY_SEND) *reply_taken = true; /* the new right is made, or the caller's moves in */
         slot->reply = reply;
         slot->reply_once = mode != PL_REPLY_SEND;
     }
@@ -482,24 +484,21 @@ static pl_status_t pl_port_send_message(pl_port_t *port, int32_t id, const void 
     if (status != PL_OK) return status;
     if (size > port->max_msg_size) return PL_ERR_TOO_LARGE;
     /* A new send-once reply right sets its slot aside on the reply port first, as pl_port_make_send_once does;
-     * given back unless the right came to be. */
+     * given back unless the send says (through reply_taken) that the right came to be. */
+    bool made = false;
     if (mode == PL_REPLY_MAKE_ONCE) {
         if ((status = pl_port_set_aside(reply)) != PL_OK) return status;
-        bool made = false;
-        status = port->proxy != NULL ? pl_proxy_send(port, id, payload, size, reply, mode, &made, attachments,
-                                                     attachment_count, timeout_ns)
-                                     : pl_port_send_local(port, id, payload, size, reply, mode, NULL, attachments,
-                                                          attachment_count, timeout_ns);
-        if (port->proxy == NULL) made = status == PL_OK;
-        if (!made) pl_port_give_back(reply);
-        return status;
+        reply_taken = &made;
     }
     if (port->proxy != NULL) {
-        return pl_proxy_send(port, id, payload, size, reply, mode, reply_taken, attachments, attachment_count,
-                             timeout_ns);
+        status = pl_proxy_send(port, id, payload, size, reply, mode, reply_taken, attachments, attachment_count,
+                               timeout_ns);
+    } else {
+        status = pl_port_send_local(port, id, payload, size, reply, mode, reply_taken, attachments, attachment_count,
+                                    timeout_ns);
     }
-    return pl_port_send_local(port, id, payload, size, reply, mode, reply_taken, attachments, attachment_count,
-                              timeout_ns);
+    if (mode == PL_REPLY_MAKE_ONCE && !made) pl_port_give_back(reply);
+    return status;
 }
 
 pl_status_t pl_port_send(pl_port_t *port, int32_t id, const void *payload, size_t size,
@@ -573,12 +572,10 @@ void pl_port_post_notice(pl_port_t *port, int32_t id, const void *payload, size_
     slot.notice = true;
     pthread_mutex_lock(&port->lock);
     /* No limit check: a notice is never refused for room (see pl_notify.c). */
-    if (port->dead) {
-        port->set_aside--;
+    if (!pl_ring_put_set_aside_locked(port, &slot)) {
         pthread_mutex_unlock(&port->lock);
         return;
     }
-    pl_ring_put_set_aside_locked(port, &slot);
     pl_port_wake_after_enqueue_unlock(port, false);
 }
 
@@ -714,12 +711,10 @@ pl_status_t pl_port_release_send_once(pl_port_t *port) {
 pl_status_t pl_port_enqueue_once(pl_port_t *port, pl_slot_t *slot) {
     pthread_mutex_lock(&port->lock);
     /* No limit check: one right, one message, as Mach queues a send-once message, into the right's slot. */
-    if (port->dead) {
-        port->set_aside--;
+    if (!pl_ring_put_set_aside_locked(port, slot)) {
         pthread_mutex_unlock(&port->lock);
         return PL_ERR_INVALID_DEST;
     }
-    pl_ring_put_set_aside_locked(port, slot);
     port->received++;
     pl_port_wake_after_enqueue_unlock(port, false);
     return PL_OK;
@@ -741,13 +736,11 @@ pl_status_t pl_port_send_once(pl_port_t *port, int32_t id, const void *payload, 
         pl_slot_dispose(&slot);
         return PL_ERR_INVALID_NAME;
     }
-    pl_status_t status = port->dead ? PL_ERR_INVALID_DEST : PL_OK;
+    pl_status_t status = pl_ring_put_set_aside_locked(port, &slot) ? PL_OK : PL_ERR_INVALID_DEST;
     if (status == PL_OK) {
-        pl_ring_put_set_aside_locked(port, &slot);
         port->received++;
         pl_port_wake_after_enqueue_unlock(port, false);
     } else {
-        port->set_aside--;
         pthread_mutex_unlock(&port->lock);
         pl_slot_dispose(&slot); /* destroyed: the right goes with the port, no notice */
     }

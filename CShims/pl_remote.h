@@ -211,9 +211,6 @@ struct pl_conn {
     uint32_t starved_work;    /* a bit per pl_command_kind_t */
     const char *starved_why;  /* the first kill's reason */
     struct pl_conn *next_starved;
-    uint32_t taken_work;      /* the transport's own, as it runs them (pl_run_starved) */
-    const char *taken_why;
-    struct pl_conn *next_taken;
 
     /* the shared-memory rings (pl_conn_ring.c) */
     pl_ring_t *ring;          /* write_lock to set (offered or adopted), freed at teardown; the reader's once reading */

@@ -738,14 +738,17 @@ static void pl_run_read(pl_conn_t *conn) {
 }
 
 /* Gathers the handles of unused exports, as many as fit (the connection's lock held). */
+#define PL_UNUSED_BATCH 32u
 typedef struct pl_unused_exports {
-    uint32_t handles[32];
+    uint32_t handles[PL_UNUSED_BATCH];
     uint32_t count;
 } pl_unused_exports_t;
 
 static void pl_gather_unused_export(uint32_t handle, void *value, void *context) {
     pl_unused_exports_t *unused = context;
-    if (((pl_export_t *)value)->transfers == 0 && unused->count < 32) unused->handles[unused->count++] = handle;
+    if (((pl_export_t *)value)->transfers == 0 && unused->count < PL_UNUSED_BATCH) {
+        unused->handles[unused->count++] = handle;
+    }
 }
 
 /* PL_CMD_DROP_EXPORT: the export `handle` if no right to it is left in flight; with `every`, each such export of
@@ -762,35 +765,34 @@ static void pl_run_drop(pl_conn_t *conn, uint32_t handle, bool every) {
             pl_handle_map_each(&conn->exports, pl_gather_unused_export, &unused);
             pthread_mutex_unlock(&conn->lock);
             for (uint32_t i = 0; i < unused.count; i++) pl_export_drop_if_unused(conn, unused.handles[i]);
-        } while (unused.count == 32);
+        } while (unused.count == PL_UNUSED_BATCH);
     }
     pthread_mutex_unlock(&conn->read_lock);
     /* A reader woken meanwhile left the reading to the holder: this thread (see pl_conn_read_turn). */
     if (atomic_load_explicit(&conn->read_again, memory_order_seq_cst)) pl_read_conn(conn, pl_thread_frame_buffer());
 }
 
-/* Runs the work noted on connections for want of commands (pl_post_starved): what is noted when it begins, taken
- * whole as commands are, so that work noted meanwhile (a read that finds a flood, with memory still out) waits for
- * the next wake-up instead of keeping the transport from its other connections. The work moves to fields of the
- * transport's own, and the list to their links: a connection noted again meanwhile is linked by the others. */
+/* Runs the work noted on connections for want of commands (pl_post_starved): the list as it is when this begins,
+ * taken whole as commands are, so that work noted meanwhile (a read that finds a flood, with memory still out)
+ * waits for the next wake-up instead of keeping the transport from its other connections. A connection's work and
+ * link are read as its turn comes: one whose work is still noted is not linked again, and one taken already may
+ * be, into the new list. */
 static void pl_run_starved(void) {
     pthread_mutex_lock(&T.lock);
-    pl_conn_t *taken = T.starved;
+    pl_conn_t *next = T.starved;
     T.starved = NULL;
-    for (pl_conn_t *conn = taken; conn != NULL; conn = conn->next_starved) {
-        conn->taken_work = conn->starved_work;
-        conn->taken_why = conn->starved_why;
-        conn->next_taken = conn->next_starved;
+    pthread_mutex_unlock(&T.lock);
+    while (next != NULL) {
+        pl_conn_t *conn = next;
+        pthread_mutex_lock(&T.lock);
+        next = conn->next_starved;
+        uint32_t work = conn->starved_work;
+        const char *why = conn->starved_why;
         conn->starved_work = 0;
         conn->starved_why = NULL;
-    }
-    pthread_mutex_unlock(&T.lock);
-    while (taken != NULL) {
-        pl_conn_t *conn = taken;
-        taken = conn->next_taken;
-        uint32_t work = conn->taken_work;
+        pthread_mutex_unlock(&T.lock);
         if (work & (1u << PL_CMD_KILL)) {
-            pl_transport_end(conn, conn->taken_why != NULL ? conn->taken_why : "ended");
+            pl_transport_end(conn, why != NULL ? why : "ended");
         } else {
             if (work & (1u << PL_CMD_FLUSH_OWED)) pl_conn_flush_owed(conn);
             if (work & (1u << PL_CMD_DROP_EXPORT)) pl_run_drop(conn, 0, true);

@@ -105,6 +105,15 @@ void *__wrap_calloc(size_t count, size_t size) { return allocation_fails() ? NUL
 void *__wrap_realloc(void *old, size_t size) { return allocation_fails() ? NULL : __real_realloc(old, size); }
 char *__wrap_strdup(const char *s) { return allocation_fails() ? NULL : __real_strdup(s); }
 
+/* From now on, every thread's allocations count, and those from the from-th to before the until-th fail. */
+static void fail_every_thread(long from, long until) {
+    atomic_store(&shared_allocations, 0);
+    atomic_store(&shared_injected, 0);
+    atomic_store(&shared_fail_from, from);
+    atomic_store(&shared_fail_until, until);
+    atomic_store(&every_thread, true);
+}
+
 /* ---- checks -------------------------------------------------------------------------------------- */
 
 static const char *run_name = "";
@@ -404,10 +413,8 @@ static pid_t start_service(void) {
         }
         if (write(ready[1], "r", 1) != 1) _exit(3);
         if (service_fail_at > 0) {
-            in_service = true;
-            atomic_store(&shared_fail_from, service_fail_at);
-            atomic_store(&shared_fail_until, service_fail_at + 1);
-            atomic_store(&every_thread, true);
+            in_service = true; /* counted where the client reads them */
+            fail_every_thread(service_fail_at, service_fail_at + 1);
         }
         uint8_t *buffer = __real_malloc(2 * BIG_REMOTE);
         for (;;) {
@@ -470,15 +477,14 @@ static void work_remote(world_t *w) {
     }
 }
 
-/* Ends the service's process, lets go of its right, and waits for the connection to be gone. */
-static void tear_down_remote(world_t *w, pid_t service) {
-    if (w->service != NULL) pl_port_release_send(w->service);
-    if (w->replies != NULL) pl_port_destroy(w->replies);
+/* Kills the service's process, which must have lived until then whatever failed in it, and waits (5 s at most) for
+ * this process's connection to it to be gone, with every right it carried. */
+static void end_service(pid_t service) {
     if (service > 0) {
         kill(service, SIGKILL);
         int status = 0;
         CHECK(waitpid(service, &status, 0) == service);
-        CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL); /* it lived until then, whatever failed in it */
+        CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
     }
     uint32_t connections = 1, exports = 1, imports = 1;
     for (int i = 0; i < 1000 && connections + exports + imports > 0; i++) {
@@ -486,6 +492,17 @@ static void tear_down_remote(world_t *w, pid_t service) {
         if (connections + exports + imports > 0) usleep(5000);
     }
     CHECK(connections == 0 && exports == 0 && imports == 0);
+}
+
+/* Lets go of the service's right and the reply port, and ends the service. */
+static void tear_down_remote(world_t *w, pid_t service) {
+    if (w->service != NULL) pl_port_release_send(w->service);
+    if (w->replies != NULL) pl_port_destroy(w->replies);
+    end_service(service);
+}
+
+static void check_no_leak(void) {
+    if (__lsan_do_recoverable_leak_check() != 0) fail_at(__LINE__, "memory leaked (LeakSanitizer's report above)", -1);
 }
 
 /* ---- runs ---------------------------------------------------------------------------------------------- */
@@ -516,11 +533,7 @@ static outcome_t run(workload_t workload, bool first, bool once, long from, long
     allocations = injected = 0;
     fail_from = from;
     fail_until = until;
-    atomic_store(&shared_allocations, 0);
-    atomic_store(&shared_injected, 0);
-    atomic_store(&shared_fail_from, from == 0 ? LONG_MAX : from);
-    atomic_store(&shared_fail_until, until);
-    atomic_store(&every_thread, any_thread);
+    if (any_thread) fail_every_thread(from == 0 ? LONG_MAX : from, until);
     counting = !any_thread;
     if (workload == IN_PROCESS) work(w); else work_remote(w);
     /* Each slot set aside (a notification request's, a send-once right's) is taken or given back by the end. */
@@ -552,7 +565,7 @@ static outcome_t run(workload_t workload, bool first, bool once, long from, long
     close(w->pipe_fds[0]);
     close(w->pipe_fds[1]);
     free(w);
-    if (__lsan_do_recoverable_leak_check() != 0) fail_at(__LINE__, "memory leaked (LeakSanitizer's report above)", -1);
+    check_no_leak();
     return outcome;
 }
 
@@ -666,10 +679,7 @@ static void check_full_socket(void) {
     if (right == NULL) return;
     CHECK(kill(service, SIGSTOP) == 0);
     static uint8_t big[BIG_REMOTE];
-    atomic_store(&shared_allocations, 0);
-    atomic_store(&shared_fail_from, 1);
-    atomic_store(&shared_fail_until, LONG_MAX);
-    atomic_store(&every_thread, true);
+    fail_every_thread(1, LONG_MAX);
     pl_status_t status = PL_OK;
     for (int i = 0; i < 64 && status == PL_OK; i++) status = pl_port_send(right, 1, big, sizeof big, NULL, 0);
     CHECK(status == PL_ERR_INVALID_DEST || status == PL_ERR_TIMED_OUT);
@@ -684,16 +694,8 @@ static void check_full_socket(void) {
     CHECK(connections == 0);
     if (verbose) printf("%s: the send found the destination gone, and the connection ended\n", run_name);
     pl_port_release_send(right);
-    kill(service, SIGKILL);
-    CHECK(waitpid(service, NULL, 0) == service);
-    uint32_t exports = 1, imports = 1;
-    connections = 1;
-    for (int i = 0; i < 1000 && connections + exports + imports > 0; i++) {
-        pl_remote_stats(&connections, &exports, &imports);
-        if (connections + exports + imports > 0) usleep(5000);
-    }
-    CHECK(connections == 0 && exports == 0 && imports == 0);
-    if (__lsan_do_recoverable_leak_check() != 0) fail_at(__LINE__, "memory leaked (LeakSanitizer's report above)", -1);
+    end_service(service);
+    check_no_leak();
 }
 
 /* Work for the transport that finds no memory for its command (a credit flush, a read, a drop) is noted on its
@@ -708,11 +710,7 @@ static void check_starved_work(void) {
     CHECK(service > 0 && pl_service_look_up(namespace_dir, SERVICE_NAME, REMOTE_TIMEOUT, &right) == PL_OK);
     if (right != NULL && replies != NULL) {
         pl_conn_t *conn = right->proxy->conn;
-        atomic_store(&shared_allocations, 0);
-        atomic_store(&shared_injected, 0);
-        atomic_store(&shared_fail_from, 1);
-        atomic_store(&shared_fail_until, LONG_MAX);
-        atomic_store(&every_thread, true);
+        fail_every_thread(1, LONG_MAX);
         pl_transport_flush_owed(conn);
         pl_transport_read(conn);
         pl_transport_drop_export(conn, 1u << 30); /* a handle never given out: nothing unused is found */
@@ -733,17 +731,8 @@ static void check_starved_work(void) {
     }
     if (right != NULL) pl_port_release_send(right);
     if (replies != NULL) pl_port_destroy(replies);
-    if (service > 0) {
-        kill(service, SIGKILL);
-        CHECK(waitpid(service, NULL, 0) == service);
-    }
-    uint32_t connections = 1, exports = 1, imports = 1;
-    for (int i = 0; i < 1000 && connections + exports + imports > 0; i++) {
-        pl_remote_stats(&connections, &exports, &imports);
-        if (connections + exports + imports > 0) usleep(5000);
-    }
-    CHECK(connections == 0 && exports == 0 && imports == 0);
-    if (__lsan_do_recoverable_leak_check() != 0) fail_at(__LINE__, "memory leaked (LeakSanitizer's report above)", -1);
+    end_service(service);
+    check_no_leak();
 }
 
 int main(int argc, char **argv) {
