@@ -28,10 +28,13 @@
  * (the service's process stopped) when memory runs out for good must end: the send that found no memory says the
  * destination is gone, and the transport, with no memory for the command either, ends the connection all the same.
  * And work posted to the transport with no memory for its command (a credit flush, a read, a drop) is run all the
- * same, the connection still carrying a message and its answer afterwards. Last, the service's own process fails
- * one allocation at a time (from its check-in on): the client sees what it sees when nothing fails or is told why,
- * and what it saw before being told is the reference's beginning (the service's count of messages received
- * included, so a message dropped unseen shows); the service's process lives until it is killed.
+ * same, the connection still carrying a message and its answer afterwards. A port whose rights 20 peer processes
+ * hold (more than one batch of those told at a time) is destroyed while no thread of its process can allocate:
+ * each peer must be told of that port's death, and its connection, which carries another port, must live on.
+ * Last, the service's own process fails one allocation at a time (from its check-in on): the client sees what it
+ * sees when nothing fails or is told why, and what it saw before being told is the reference's beginning (the
+ * service's count of messages received included, so a message dropped unseen shows); the service's process lives
+ * until it is killed.
  *
  * After every run: no descriptor left open, no connection left, and nothing leaked (LeakSanitizer, asked after each
  * run, names the run).
@@ -735,6 +738,110 @@ static void check_starved_work(void) {
     check_no_leak();
 }
 
+/* ---- a port's death told to its peers with no memory left ----------------------------------------------- */
+
+#define DEATH_SERVICE "alloc-fail-death"
+#define DEATH_PEERS 20 /* more than one batch of the peers told at a time */
+
+/* One peer (a child process): it asks the service for a right to the port that will die and watches both that
+ * port and the service's port for their deaths. Its connection carries both, so the notice it must get is the
+ * port's alone: the connection's end would kill both. Returns its exit status (0: told, and only of that). */
+static int death_peer(int ready) {
+    pl_port_t *bootstrap = NULL, *mine = NULL, *doomed = NULL;
+    pl_notification_t *watch_doomed = NULL, *watch_bootstrap = NULL;
+    uint8_t buffer[PL_NOTICE_SIZE];
+    pl_received_t m = no_message;
+    if (pl_port_create(PL_QLIMIT_DEFAULT, sizeof buffer, &mine) != PL_OK) return 10;
+    if (pl_service_look_up(namespace_dir, DEATH_SERVICE, REMOTE_TIMEOUT, &bootstrap) != PL_OK) return 11;
+    if (pl_port_send(bootstrap, 1, NULL, 0, mine, REMOTE_TIMEOUT) != PL_OK) return 12;
+    if (pl_port_receive(mine, &m, buffer, sizeof buffer, REMOTE_TIMEOUT) != PL_OK || m.attachments == NULL ||
+        m.attachments->count != 1 || m.attachments->items[0].port == NULL) {
+        return 13;
+    }
+    doomed = m.attachments->items[0].port;
+    m.attachments->items[0].port = NULL;
+    pl_attachments_free(m.attachments);
+    if (pl_port_request_dead_name(doomed, mine, &watch_doomed) != PL_OK ||
+        pl_port_request_dead_name(bootstrap, mine, &watch_bootstrap) != PL_OK) {
+        return 14;
+    }
+    if (write(ready, "r", 1) != 1) return 15;
+    m = no_message;
+    if (pl_port_receive(mine, &m, buffer, sizeof buffer, REMOTE_TIMEOUT) != PL_OK) return 16; /* never told */
+    uint64_t name = 0;
+    for (int i = 7; i >= 0; i--) name = name << 8 | buffer[i];
+    if (m.id != PL_NOTIFY_DEAD_NAME || (m.flags & PL_RECEIVED_NOTIFICATION) == 0 || name != pl_port_name(doomed)) {
+        return 17;
+    }
+    /* The service's port lives on: the connection did not end. */
+    if (pl_port_receive(mine, &m, buffer, sizeof buffer, 300 * 1000000LL) != PL_ERR_TIMED_OUT) return 18;
+    return 0;
+}
+
+/* A port whose rights are held by more peers than one batch tells is destroyed while no thread of its process can
+ * allocate: every peer must be told of its death (a DEAD frame each), not of its connection's end. */
+static void check_death_told(void) {
+    run_name = "across processes, a port's death told to its peers with no memory left";
+    run_n = 0;
+    pl_port_t *bootstrap = NULL, *doomed = NULL;
+    CHECK(pl_port_create(PL_QLIMIT_DEFAULT, 64, &bootstrap) == PL_OK && pl_port_create(8, 64, &doomed) == PL_OK);
+    CHECK(pl_service_check_in(namespace_dir, DEATH_SERVICE, bootstrap, NULL) == PL_OK);
+    CHECK(pl_port_make_send(doomed) == PL_OK);
+    int ready[2];
+    CHECK(pipe(ready) == 0);
+    pid_t peers[DEATH_PEERS];
+    for (int i = 0; i < DEATH_PEERS; i++) {
+        peers[i] = fork();
+        CHECK(peers[i] >= 0);
+        if (peers[i] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            close(ready[0]);
+            _exit(death_peer(ready[1]));
+        }
+    }
+    close(ready[1]);
+    /* Each peer's request for the right, answered while memory is there. */
+    for (int i = 0; i < DEATH_PEERS; i++) {
+        pl_received_t m = no_message;
+        if (pl_port_receive(bootstrap, &m, NULL, 0, REMOTE_TIMEOUT) != PL_OK || m.reply == NULL) {
+            fail_at(__LINE__, "a peer's request for the right did not come", -1);
+            break;
+        }
+        pl_attachment_t right = { .kind = PL_ATTACHMENT_SEND_RIGHT, .port = doomed, .fd = -1 };
+        CHECK(pl_port_send_with(m.reply, 2, NULL, 0, NULL, &right, 1, REMOTE_TIMEOUT) == PL_OK);
+        pl_port_release_send(m.reply);
+    }
+    int watching = 0;
+    for (char byte; watching < DEATH_PEERS && read(ready[0], &byte, 1) == 1;) watching++;
+    close(ready[0]);
+    CHECK(watching == DEATH_PEERS); /* short: a peer ended early (its status says where) */
+    uint32_t exports = 0;
+    pl_remote_stats(NULL, &exports, NULL);
+    CHECK(exports == 2 * DEATH_PEERS);
+
+    fail_every_thread(1, LONG_MAX);
+    CHECK(pl_port_destroy(doomed) == PL_OK);
+    int told = 0;
+    for (int i = 0; i < DEATH_PEERS; i++) {
+        int status = 0;
+        CHECK(waitpid(peers[i], &status, 0) == peers[i]); /* each waits 10 s at most */
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+            told++;
+        } else {
+            fail_at(__LINE__, "a peer was not told of the port's death, or not of it alone", -1);
+            fprintf(stderr, "  peer %d: exit status %d, signal %d (see death_peer)\n", i,
+                    WIFEXITED(status) ? WEXITSTATUS(status) : -1, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+        }
+    }
+    long failed = atomic_load(&shared_injected);
+    atomic_store(&every_thread, false);
+    if (verbose) printf("%s: %d peers of %d told (%ld allocations failed meanwhile)\n", run_name, told, DEATH_PEERS, failed);
+    pl_port_release_send(doomed);
+    pl_port_destroy(bootstrap);
+    end_service(-1);
+    check_no_leak();
+}
+
 int main(int argc, char **argv) {
     verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -759,6 +866,7 @@ int main(int argc, char **argv) {
     long across = run_all(ACROSS_PROCESSES, "across processes");
     check_full_socket();
     check_starved_work();
+    check_death_told();
 
     /* What the service left in the namespace: its socket and its lock file. */
     DIR *dir = opendir(namespace_dir);
