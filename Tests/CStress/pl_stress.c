@@ -85,6 +85,10 @@
  *                            that skips ahead are put back together in the packet buffer and handled as what they
  *                            are (the last one ends the connection); the bytes arrive intact; an empty packet with a
  *                            descriptor ends the connection and leaves no descriptor open
+ *   once_message_cut_short   a connection driven by hand with a message through a send-once right, whole, cut by
+ *                            the connection's end after its first fragment, by a release of its handle between
+ *                            fragments, and refused as it begins (out of line, no memfd): the port gets the message
+ *                            or the right's notice, exactly one, and the right's set-aside slot comes back
  *   ring_switch_mid_batch    a connection driven by hand through the switch to a ring, with packets behind RING_START
  *                            read in the same batch: the ring's records up to each one's mark go first (a message
  *                            in fragments crosses the switch intact, a descriptor arrives, none is left open); a
@@ -3441,6 +3445,93 @@ static void scenario_fragments_in_place(void) {
     hand_conn_close(&h);
 }
 
+/* ---- once_message_cut_short --------------------------------------------------------------------- */
+
+/* The first fragment of a message of `total` bytes to handle 1 through a send-once right, `count` of them here. */
+static size_t hand_once_fragment(uint8_t *out, uint32_t total, uint32_t count) {
+    pl_wire_message_t m = { .dest = 1, .id = 30, .total_size = total };
+    size_t head = pl_wire_encode_message_head(out, PL_FRAME_ONCE | PL_FRAME_MORE, &m, NULL, count);
+    for (uint32_t i = 0; i < count; i++) out[head + i] = fragmented_byte(i);
+    return head + count;
+}
+
+/* Takes what the port holds: the message through the right, or that right's notice. */
+static void hand_expect_once(hand_conn_t *h, bool message) {
+    pl_received_t out;
+    pl_payload_t payload;
+    CHECK_OK(pl_port_receive_payload(h->port, &out, &payload, 0));
+    if (message) CHECK(out.id == 30 && out.size == FRAGMENTED_SIZE && (out.flags & PL_RECEIVED_NOTIFICATION) == 0);
+    else CHECK(out.id == PL_NOTIFY_SEND_ONCE && (out.flags & PL_RECEIVED_NOTIFICATION) != 0);
+    pl_payload_free(&payload);
+    CHECK_STATUS(pl_port_receive(h->port, &out, NULL, 0, 0), PL_ERR_TIMED_OUT); /* once: nothing else */
+}
+
+/* A peer holds one send-once right to the port (handle 1) and sends a message in fragments through it. However
+ * the message ends (whole, the connection's end after its first fragment, the handle released between two of its
+ * fragments, refused as it begins), the port gets the message or the right's notice: exactly one, never neither,
+ * and the slot the right set aside is taken or given back. */
+static void scenario_once_message_cut_short(void) {
+    enum { WHOLE, CONNECTION_ENDS, HANDLE_RELEASED, REFUSED_AT_ONCE };
+    static const char *const cases[] = { "whole", "the connection ends", "the handle is released", "refused" };
+    uint8_t *packet = malloc(PL_WIRE_MAX_FRAME);
+    CHECK(packet != NULL);
+    for (int c = WHOLE; c <= REFUSED_AT_ONCE && packet != NULL; c++) {
+        int failures_before = atomic_load(&scenario_failures);
+        hand_conn_t h;
+        hand_conn_open(&h);
+        const char *why = NULL;
+        CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED); /* the hello */
+        /* The right, as a reply right of ours that went to the peer: a slot set aside, counted in the export. */
+        CHECK_OK(pl_port_set_aside(h.port));
+        pthread_mutex_lock(&h.conn->lock);
+        ((pl_export_t *)pl_handle_map_get(&h.conn->exports, 1))->once = 1;
+        pthread_mutex_unlock(&h.conn->lock);
+
+        uint32_t first = pl_wire_first_fragment_room(0);
+        pl_read_result_t result;
+        if (c == REFUSED_AT_ONCE) {
+            /* Whole, out of line, its payload said to be the descriptor beside it, which is no sealed memfd. */
+            pl_wire_message_t m = { .dest = 1, .id = 30, .total_size = FRAGMENTED_SIZE, .fd_count = 1 };
+            size_t length = pl_wire_encode_message_head(packet, PL_FRAME_ONCE | PL_FRAME_OUT_OF_LINE, &m, NULL, 0);
+            int not_memfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            CHECK(not_memfd >= 0);
+            hand_send_fds(&h, packet, length, &not_memfd, 1);
+            close(not_memfd);
+            result = hand_read(&h, 1, &why);
+            CHECK(result == PL_READ_ENDED && why != NULL && strstr(why, "memfd") != NULL);
+        } else {
+            hand_send(&h, packet, hand_once_fragment(packet, FRAGMENTED_SIZE, first));
+            CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+        }
+        if (c == HANDLE_RELEASED) {
+            /* What no peer of this library sends (a message's fragments go back to back), but any peer could. */
+            size_t length = pl_wire_encode_control(packet, PL_FRAME_RELEASE, 1, 0, 1);
+            hand_send(&h, packet, length);
+            CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+            pthread_mutex_lock(&h.conn->lock);
+            CHECK(pl_handle_map_get(&h.conn->exports, 1) == NULL); /* the export went */
+            pthread_mutex_unlock(&h.conn->lock);
+        }
+        if (c == WHOLE || c == HANDLE_RELEASED) {
+            for (uint32_t offset = first, room; offset < FRAGMENTED_SIZE; offset += room) {
+                room = FRAGMENTED_SIZE - offset < pl_wire_next_fragment_room() ? FRAGMENTED_SIZE - offset
+                                                                                : pl_wire_next_fragment_room();
+                hand_send(&h, packet, hand_fragment(packet, 30, FRAGMENTED_SIZE, offset, room,
+                                                    offset + room < FRAGMENTED_SIZE));
+            }
+            result = hand_read(&h, 1, &why);
+            CHECK(result == (c == WHOLE ? PL_READ_DRAINED : PL_READ_ENDED));
+            if (c == HANDLE_RELEASED) CHECK(why != NULL && strstr(why, "released while it arrived") != NULL);
+        }
+        pl_conn_teardown(h.conn, "done");
+        hand_expect_once(&h, c == WHOLE);
+        CHECK(h.port->set_aside == 0);
+        if (atomic_load(&scenario_failures) > failures_before) fprintf(stderr, "  (case: %s)\n", cases[c]);
+        hand_conn_close(&h);
+    }
+    free(packet);
+}
+
 /* ---- ring_switch_mid_batch ---------------------------------------------------------------------- */
 
 /* Plays the client's part of the switch up to its RING_START: offers a ring, reads the service's acceptance and
@@ -3882,6 +3973,7 @@ int main(int argc, char **argv) {
         { "senders_to_checked_in_port", scenario_senders_to_checked_in_port },
         { "exit_flush", scenario_exit_flush },
         { "fragments_in_place", scenario_fragments_in_place },
+        { "once_message_cut_short", scenario_once_message_cut_short },
         { "ring_switch_mid_batch", scenario_ring_switch_mid_batch },
         { "payload_cache", scenario_payload_cache },
         { "batch_taking", scenario_batch_taking },
