@@ -112,6 +112,13 @@ pl_status_t pl_conn_export_locked(pl_conn_t *conn, pl_port_t *port, pl_wire_righ
             pthread_mutex_unlock(&port->lock);
             return PL_ERR_NO_SPACE;
         }
+        /* Credit is lent only for room the ring holds (pl_free_room_locked): the ring of a port whose right goes to
+         * another process holds its whole limit first. Without memory for it the right does not go; given with no
+         * credit, its holder would wait for room that nothing makes. */
+        if (!port->dead && pl_port_ring_grow_locked(port, port->qlimit + port->set_aside) != PL_OK) {
+            pthread_mutex_unlock(&port->lock);
+            return PL_ERR_NO_MEMORY;
+        }
         uint32_t handle = pl_conn_next_handle_locked(conn);
         e = calloc(1, sizeof *e);
         if (e == NULL || !pl_handle_map_put(&conn->exports, handle, e)) {

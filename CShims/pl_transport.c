@@ -94,6 +94,10 @@ static pl_service_t *pl_withdrawn;
 /* Services whose listening socket is out of the epoll while descriptors are short (accept said EMFILE). */
 static pl_service_t *pl_paused[64];
 static uint32_t pl_paused_count;
+/* The transport thread's frame buffer, made by pl_transport_start before the thread, so that a transport that
+ * starts can always read: it is where work goes that another thread cannot do for want of a buffer. A child of
+ * fork() keeps its copy for its own transport. */
+static uint8_t *pl_transport_buffer;
 
 uint64_t pl_remote_transport_rests(void) { return atomic_load_explicit(&pl_rests, memory_order_relaxed); }
 
@@ -185,13 +189,16 @@ pl_status_t pl_transport_start(void) {
     pthread_mutex_lock(&T.lock);
     pl_status_t status = PL_OK;
     if (!T.started) {
+        if (pl_transport_buffer == NULL) pl_transport_buffer = malloc((size_t)PL_READ_BATCH * PL_WIRE_MAX_FRAME);
         int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
         int wake_fd = epoll_fd < 0 ? -1 : eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         struct epoll_event wake = { .events = EPOLLIN, .data.u64 = PL_TAG_WAKE };
         pthread_t thread;
         pthread_attr_t attr;
         int error = 0;
-        if (epoll_fd < 0) {
+        if (pl_transport_buffer == NULL) {
+            status = PL_ERR_NO_MEMORY;
+        } else if (epoll_fd < 0) {
             status = pl_system_failure("epoll_create1");
         } else if (!pl_ring_prepare()) {
             status = pl_system_failure("open(/dev/null)"); /* where shared rings' bells are emptied */
@@ -731,7 +738,7 @@ static void pl_end_rest_now(pl_conn_t *conn) {
 
 /* PL_CMD_READ: a reader handed over a flood; on a resting connection, the watch must report what is left. */
 static void pl_run_read(pl_conn_t *conn) {
-    if (pl_read_conn(conn, pl_thread_frame_buffer()) == PL_READ_MORE &&
+    if (pl_read_conn(conn, pl_transport_buffer) == PL_READ_MORE &&
         atomic_load_explicit(&conn->bell_watched, memory_order_acquire) < 0) {
         pl_end_rest_now(conn);
     }
@@ -769,7 +776,7 @@ static void pl_run_drop(pl_conn_t *conn, uint32_t handle, bool every) {
     }
     pthread_mutex_unlock(&conn->read_lock);
     /* A reader woken meanwhile left the reading to the holder: this thread (see pl_conn_read_turn). */
-    if (atomic_load_explicit(&conn->read_again, memory_order_seq_cst)) pl_read_conn(conn, pl_thread_frame_buffer());
+    if (atomic_load_explicit(&conn->read_again, memory_order_seq_cst)) pl_read_conn(conn, pl_transport_buffer);
 }
 
 /* Runs the work noted on connections for want of commands (pl_post_starved): the list as it is when this begins,
@@ -938,13 +945,13 @@ static void pl_sweep_idle_proxies(void) {
 static void *pl_transport_main(void *unused) {
     (void)unused;
     pl_thread_set_name("portloop-ipc");
-    uint8_t *buffer = pl_thread_frame_buffer();
+    uint8_t *buffer = pl_transport_buffer;
     struct epoll_event events[64];
     bool timed_out = false;
     int rest = -1;
     for (;;) {
         int sweep = pl_sweep_timeout(timed_out);
-        int timeout = buffer == NULL || pl_paused_count > 0 ? 100 : sweep;
+        int timeout = pl_paused_count > 0 ? 100 : sweep;
         /* A wait cut short for a rest is not the sweep's: the sweep stays armed (see pl_sweep_timeout). */
         bool for_rest = rest >= 0 && (timeout < 0 || rest < timeout);
         if (for_rest) timeout = rest;
@@ -953,7 +960,6 @@ static void *pl_transport_main(void *unused) {
         int64_t now = pl_now_ns();
         pl_resume_listeners();
         pl_sweep_idle_proxies();
-        if (buffer == NULL) { buffer = pl_thread_frame_buffer(); continue; }
         for (int i = 0; i < n; i++) {
             uint64_t data = events[i].data.u64;
             uint32_t tag = (uint32_t)(data & 7u);

@@ -259,7 +259,8 @@ typedef struct pl_sender {
  * MACH_MSG_TYPE_COPY_SEND, and descriptors as SCM_RIGHTS passes them). The caller keeps its own rights and
  * descriptors: the message carries a new send right to each port and a duplicate of each descriptor. At most
  * PL_MAX_ATTACHMENTS. All or none: on any error nothing is queued and nothing is left behind. Otherwise as
- * pl_port_send.
+ * pl_port_send; PL_ERR_NO_MEMORY also when a port's right goes to another process for the first time and its queue
+ * cannot grow to its limit (room lent to another process is room the queue holds).
  */
 pl_status_t pl_port_send_with(pl_port_t *port, int32_t id, const void *payload, size_t size, pl_port_t *reply,
                               const pl_attachment_t *attachments, uint32_t attachment_count, int64_t timeout_ns);
@@ -680,7 +681,8 @@ pl_status_t pl_service_name_check(const char *name, const char **reason);
  * socket activation with a descriptor named `name` (LISTEN_PID, LISTEN_FDS, LISTEN_FDNAMES), that listening
  * socket is adopted instead. The service lives as long as the port: destroying the receive right withdraws it.
  * PL_ERR_NAME_IN_USE when a live process holds the name; PL_ERR_INVALID_ARG for a bad name or a port that is a
- * proxy or destroyed; PL_ERR_SYSTEM when a system call failed (pl_last_system_call).
+ * proxy or destroyed; PL_ERR_SYSTEM when a system call failed (pl_last_system_call); PL_ERR_NO_MEMORY (the
+ * process's first check-in or look-up starts its transport thread, whose frame buffer is made first).
  */
 pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port_t *port, const pl_policy_t *policy);
 
@@ -689,7 +691,8 @@ pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port
  * to timeout_ns for the connection's handshake. A process that looks up the same live service again shares its
  * connection. PL_ERR_UNKNOWN_SERVICE when nobody has checked the name in (or its process is gone),
  * PL_ERR_REFUSED when the service's policy does not admit this process, PL_ERR_NO_SPACE when the service has
- * its most connections, PL_ERR_TIMED_OUT, PL_ERR_INVALID_ARG for a bad name, PL_ERR_SYSTEM.
+ * its most connections or could not make this one (its process out of memory), PL_ERR_TIMED_OUT,
+ * PL_ERR_INVALID_ARG for a bad name, PL_ERR_SYSTEM, PL_ERR_NO_MEMORY.
  */
 pl_status_t pl_service_look_up(const char *directory, const char *name, int64_t timeout_ns, pl_port_t **out_right);
 

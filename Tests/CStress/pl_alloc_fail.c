@@ -31,10 +31,11 @@
  * same, the connection still carrying a message and its answer afterwards. A port whose rights 20 peer processes
  * hold (more than one batch of those told at a time) is destroyed while no thread of its process can allocate:
  * each peer must be told of that port's death, and its connection, which carries another port, must live on.
- * Last, the service's own process fails one allocation at a time (from its check-in on): the client sees what it
- * sees when nothing fails or is told why, and what it saw before being told is the reference's beginning (the
- * service's count of messages received included, so a message dropped unseen shows); the service's process lives
- * until it is killed.
+ * Last, the service's own process fails one allocation at a time, then every one from the n-th on (from its
+ * check-in on): the client sees what it sees when nothing fails or is told why (turned away, the connection's end,
+ * a notice), never waits in vain, and what it saw before being told is the reference's beginning (the service's
+ * count of messages received included, so a message dropped unseen shows); the service's process lives until it is
+ * killed.
  *
  * After every run: no descriptor left open, no connection left, and nothing leaked (LeakSanitizer, asked after each
  * run, names the run).
@@ -86,6 +87,7 @@ typedef struct service_counts {
 static service_counts_t *service_counts;
 static bool in_service;     /* this process is the service */
 static long service_fail_at; /* the service's allocation to fail (0: none); read by the child after fork() */
+static bool service_fail_all; /* and every one after it too */
 
 static bool allocation_fails(void) {
     if (atomic_load_explicit(&every_thread, memory_order_relaxed)) {
@@ -417,7 +419,7 @@ static pid_t start_service(void) {
         if (write(ready[1], "r", 1) != 1) _exit(3);
         if (service_fail_at > 0) {
             in_service = true; /* counted where the client reads them */
-            fail_every_thread(service_fail_at, service_fail_at + 1);
+            fail_every_thread(service_fail_at, service_fail_all ? LONG_MAX : service_fail_at + 1);
         }
         uint8_t *buffer = __real_malloc(2 * BIG_REMOTE);
         for (;;) {
@@ -426,7 +428,10 @@ static pid_t start_service(void) {
             pl_attachments_free(m.attachments);
             if (m.reply == NULL) continue;
             if (m.flags & PL_RECEIVED_REPLY_ONCE) {
-                pl_port_send_once(m.reply, m.id + 100, buffer, m.size);
+                /* Not sent for memory: the right is let go, so that the requester is told (its notice). */
+                if (pl_port_send_once(m.reply, m.id + 100, buffer, m.size) == PL_ERR_NO_MEMORY) {
+                    pl_port_release_send_once(m.reply);
+                }
             } else {
                 pl_port_send(m.reply, m.id + 100, buffer, m.size, NULL, PL_TIMEOUT_FOREVER);
                 pl_port_release_send(m.reply);
@@ -667,6 +672,26 @@ static long run_all(workload_t workload, const char *name) {
         stopped += o.stopped;
     }
     if (verbose) printf("%s: %ld runs, %ld stopped by an error\n", name_service, runs, stopped);
+
+    /* The service's process failing every allocation from one on: the same, and whatever it can no longer answer the
+     * client learns (the connection's end, the reply right's notice, no senders left for its reply port). */
+    static char name_service_all[128];
+    snprintf(name_service_all, sizeof name_service_all, "%s, every allocation of the service's process failing from one on",
+             name);
+    run_name = name_service_all;
+    runs = stopped = 0;
+    service_fail_all = true;
+    for (run_n = 1; run_n <= 1000; run_n++, runs++) {
+        outcome_t o = run(workload, false, true, 0, 0, false, run_n);
+        if (o.injected == 0) break;
+        if (!same_or_told(&o, &reference)) {
+            fail_at(__LINE__, "the client saw something else than when nothing fails, and was not told why", -1);
+            fprintf(stderr, "  saw:      %s\n  expected: %s\n", o.trace, reference.trace);
+        }
+        stopped += o.stopped;
+    }
+    service_fail_all = false;
+    if (verbose) printf("%s: %ld runs, %ld stopped by an error\n", name_service_all, runs, stopped);
     return reference.allocations;
 }
 
