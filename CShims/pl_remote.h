@@ -167,6 +167,7 @@ struct pl_conn {
     struct pl_feed *feeds;    /* the sets this connection feeds (each a reference) */
     bool accepted;            /* the service's side */
     bool ending;              /* being ended: still among the transport's until its socket is closed (T.lock) */
+    bool exit_flushed;        /* its queue was sent by the exit flush, or is being (T.lock) */
     pl_sender_t peer;         /* credentials read when the connection was made */
 
     pthread_mutex_t write_lock;

@@ -166,16 +166,23 @@ static void pl_transport_after_fork_child(void) {
  * sender streams, or for room in a full socket. exit() sends what waits, as stdio flushes its buffers, so that a
  * process that sends and then ends normally loses nothing; a peer that does not read holds it up a second at most. */
 #define PL_EXIT_FLUSH_NS 1000000000LL
-static pl_conn_t **pl_retain_conns(uint32_t *out_count);
+/* One connection at a time, each marked as it is taken, so that the flush needs no memory: T.lock cannot be held
+ * while a connection is flushed (a write that fails there posts to the transport). */
 static void pl_transport_flush_at_exit(void) {
     int64_t deadline = pl_now_ns() + PL_EXIT_FLUSH_NS;
-    uint32_t count = 0;
-    pl_conn_t **conns = pl_retain_conns(&count);
-    for (uint32_t i = 0; i < count; i++) {
-        pl_conn_flush_before_exit(conns[i], deadline);
-        pl_conn_release(conns[i]);
+    for (;;) {
+        pthread_mutex_lock(&T.lock);
+        pl_conn_t *conn = T.conns;
+        while (conn != NULL && (conn->ending || conn->exit_flushed)) conn = conn->next;
+        if (conn != NULL) {
+            conn->exit_flushed = true;
+            pl_conn_retain(conn);
+        }
+        pthread_mutex_unlock(&T.lock);
+        if (conn == NULL) return;
+        pl_conn_flush_before_exit(conn, deadline);
+        pl_conn_release(conn);
     }
-    free(conns);
 }
 
 static pthread_once_t pl_fork_handlers_once = PTHREAD_ONCE_INIT;

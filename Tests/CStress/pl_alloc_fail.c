@@ -30,7 +30,9 @@
  * And work posted to the transport with no memory for its command (a credit flush, a read, a drop) is run all the
  * same, the connection still carrying a message and its answer afterwards. A port whose rights 20 peer processes
  * hold (more than one batch of those told at a time) is destroyed while no thread of its process can allocate:
- * each peer must be told of that port's death, and its connection, which carries another port, must live on.
+ * each peer must be told of that port's death, and its connection, which carries another port, must live on. A
+ * process whose messages wait in its connection's queue (the service stopped) calls exit() with no memory left: the
+ * exit flush must send them all.
  * Last, the service's own process fails one allocation at a time, then every one from the n-th on (from its
  * check-in on): the client sees what it sees when nothing fails or is told why (turned away, the connection's end,
  * a notice), never waits in vain, and what it saw before being told is the reference's beginning (the service's
@@ -763,6 +765,74 @@ static void check_starved_work(void) {
     check_no_leak();
 }
 
+/* What a process's connection still holds when it calls exit() is sent by the exit flush, which needs no memory: a
+ * child streams into the service while it is stopped (its socket full, the rest waiting in the child's queue), then
+ * every allocation of its process fails from there on, and it calls exit(). The service, resumed, must count every
+ * message the child sent. */
+#define EXIT_FLUSH_MOST 64
+static bool exit_flush_child;
+/* Registered before the library's handlers, so it runs after its exit flush: the child ends there, before
+ * LeakSanitizer looks at a heap copied from a parent with threads the child does not have. */
+static void end_exit_flush_child(void) {
+    if (exit_flush_child) _exit(0);
+}
+
+static void check_exit_flush(void) {
+    run_name = "across processes, the exit flush with no memory left";
+    run_n = 0;
+    pid_t service = start_service();
+    int up[2], down[2];
+    CHECK(service > 0 && pipe(up) == 0 && pipe(down) == 0);
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        static uint8_t big[BIG_REMOTE];
+        pl_port_t *right = NULL;
+        char byte = 'L';
+        if (pl_service_look_up(namespace_dir, SERVICE_NAME, REMOTE_TIMEOUT, &right) != PL_OK) _exit(2);
+        if (write(up[1], &byte, 1) != 1 || read(down[0], &byte, 1) != 1) _exit(3); /* the service is stopped */
+        uint32_t sent = 0;
+        while (sent < EXIT_FLUSH_MOST && pl_port_send(right, 9, big, sizeof big, NULL, 100 * 1000000LL) == PL_OK) sent++;
+        if (write(up[1], &sent, sizeof sent) != sizeof sent) _exit(4);
+        fail_every_thread(1, LONG_MAX);
+        exit_flush_child = true;
+        exit(0);
+    }
+    char byte = 0;
+    uint32_t sent = 0;
+    CHECK(read(up[0], &byte, 1) == 1);
+    CHECK(kill(service, SIGSTOP) == 0);
+    CHECK(write(down[1], "G", 1) == 1);
+    CHECK(read(up[0], &sent, sizeof sent) == sizeof sent);
+    CHECK(sent * (uint64_t)BIG_REMOTE > 1024 * 1024); /* more than the socket holds: the rest waits at exit */
+    usleep(100000);
+    CHECK(kill(service, SIGCONT) == 0);
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child); /* the flush gives up after a second */
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    pl_port_t *right = NULL;
+    pl_service_status_t answer = { 0 };
+    CHECK(pl_service_look_up(namespace_dir, SERVICE_NAME, REMOTE_TIMEOUT, &right) == PL_OK);
+    for (int i = 0; i < 200 && right != NULL; i++) {
+        CHECK(pl_service_status(right, 0, REMOTE_TIMEOUT, &answer) == PL_OK);
+        if (answer.messages_received >= sent) break;
+        usleep(10000);
+    }
+    if (answer.messages_received != sent) {
+        fail_at(__LINE__, "messages queued at exit were lost", -1);
+        fprintf(stderr, "  sent %u, the service received %llu\n", sent, (unsigned long long)answer.messages_received);
+    }
+    if (verbose) printf("%s: %u messages sent, %llu received\n", run_name, sent, (unsigned long long)answer.messages_received);
+    if (right != NULL) pl_port_release_send(right);
+    end_service(service);
+    close(up[0]);
+    close(up[1]);
+    close(down[0]);
+    close(down[1]);
+    check_no_leak();
+}
+
 /* ---- a port's death told to its peers with no memory left ----------------------------------------------- */
 
 #define DEATH_SERVICE "alloc-fail-death"
@@ -869,6 +939,7 @@ static void check_death_told(void) {
 
 int main(int argc, char **argv) {
     verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
+    atexit(end_exit_flush_child);
     setvbuf(stdout, NULL, _IOLBF, 0);
     service_counts = mmap(NULL, sizeof *service_counts, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (service_counts == MAP_FAILED) {
@@ -892,6 +963,7 @@ int main(int argc, char **argv) {
     check_full_socket();
     check_starved_work();
     check_death_told();
+    check_exit_flush();
 
     /* What the service left in the namespace: its socket and its lock file. */
     DIR *dir = opendir(namespace_dir);
