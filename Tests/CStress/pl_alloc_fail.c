@@ -658,42 +658,29 @@ static long run_all(workload_t workload, const char *name) {
     }
     if (verbose) printf("%s: %ld runs\n", name_all_any, runs);
 
-    /* The service's process failing one of its allocations (any thread's, from its check-in on): the client sees
-     * what it sees when nothing fails or is told why; the service's process lives on. */
-    static char name_service[128];
-    snprintf(name_service, sizeof name_service, "%s, one allocation of the service's process failing", name);
-    run_name = name_service;
-    runs = stopped = 0;
-    for (run_n = 1; run_n <= 1000; run_n++, runs++) {
-        outcome_t o = run(workload, false, true, 0, 0, false, run_n);
-        if (o.injected == 0) break;
-        if (!same_or_told(&o, &reference)) {
-            fail_at(__LINE__, "the client saw something else than when nothing fails, and was not told why", -1);
-            fprintf(stderr, "  saw:      %s\n  expected: %s\n", o.trace, reference.trace);
-        }
-        stopped += o.stopped;
-    }
-    if (verbose) printf("%s: %ld runs, %ld stopped by an error\n", name_service, runs, stopped);
-
-    /* The service's process failing every allocation from one on: the same, and whatever it can no longer answer the
-     * client learns (the connection's end, the reply right's notice, no senders left for its reply port). */
-    static char name_service_all[128];
-    snprintf(name_service_all, sizeof name_service_all, "%s, every allocation of the service's process failing from one on",
+    /* The service's process failing one of its allocations (any thread's, from its check-in on), then every one from
+     * the n-th on: the client sees what it sees when nothing fails or is told why (turned away, the connection's end,
+     * the reply right's notice, no senders left for its reply port); the service's process lives on. */
+    static char name_service[2][128];
+    snprintf(name_service[0], sizeof name_service[0], "%s, one allocation of the service's process failing", name);
+    snprintf(name_service[1], sizeof name_service[1], "%s, every allocation of the service's process failing from one on",
              name);
-    run_name = name_service_all;
-    runs = stopped = 0;
-    service_fail_all = true;
-    for (run_n = 1; run_n <= 1000; run_n++, runs++) {
-        outcome_t o = run(workload, false, true, 0, 0, false, run_n);
-        if (o.injected == 0) break;
-        if (!same_or_told(&o, &reference)) {
-            fail_at(__LINE__, "the client saw something else than when nothing fails, and was not told why", -1);
-            fprintf(stderr, "  saw:      %s\n  expected: %s\n", o.trace, reference.trace);
+    for (int all = 0; all < 2; all++) {
+        run_name = name_service[all];
+        runs = stopped = 0;
+        service_fail_all = all;
+        for (run_n = 1; run_n <= 1000; run_n++, runs++) {
+            outcome_t o = run(workload, false, true, 0, 0, false, run_n);
+            if (o.injected == 0) break;
+            if (!same_or_told(&o, &reference)) {
+                fail_at(__LINE__, "the client saw something else than when nothing fails, and was not told why", -1);
+                fprintf(stderr, "  saw:      %s\n  expected: %s\n", o.trace, reference.trace);
+            }
+            stopped += o.stopped;
         }
-        stopped += o.stopped;
+        if (verbose) printf("%s: %ld runs, %ld stopped by an error\n", name_service[all], runs, stopped);
     }
     service_fail_all = false;
-    if (verbose) printf("%s: %ld runs, %ld stopped by an error\n", name_service_all, runs, stopped);
     return reference.allocations;
 }
 
