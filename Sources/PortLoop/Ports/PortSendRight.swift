@@ -93,8 +93,10 @@ public struct PortSendRight: Hashable, Sendable, CustomStringConvertible {
     ///   ``PortError/invalidDestination`` (destroyed port, or its process gone),
     ///   ``PortError/invalidArgument(argument:reason:)`` (bad timeout, too many attachments, a closed
     ///   descriptor, or a right to a port of a third process sent to another process),
-    ///   ``PortError/limitReached(_:)`` (the connection holds as many rights as it may). Nothing is queued when
-    ///   it throws.
+    ///   ``PortError/limitReached(_:)`` (the connection holds as many rights as it may),
+    ///   ``PortError/outOfMemory`` (among others when a port's right goes to another process for the first time
+    ///   and its queue cannot grow to its limit: room lent to another process is room the queue holds). Nothing is
+    ///   queued when it throws.
     ///
     /// Through a send-once right (``isSendOnce``) the send never waits and uses the right up
     /// (`MACH_MSG_TYPE_MOVE_SEND_ONCE`); it carries no reply port and no attachments
