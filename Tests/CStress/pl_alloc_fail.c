@@ -786,6 +786,9 @@ static void check_exit_flush(void) {
         exit_flush_child = true;
         exit(0);
     }
+    /* The child's ends: a child that ends early makes the reads below see the end of the pipe, not wait forever. */
+    close(up[1]);
+    close(down[0]);
     char byte = 0;
     uint32_t sent = 0;
     CHECK(read(up[0], &byte, 1) == 1);
@@ -814,8 +817,6 @@ static void check_exit_flush(void) {
     if (right != NULL) pl_port_release_send(right);
     end_service(service);
     close(up[0]);
-    close(up[1]);
-    close(down[0]);
     close(down[1]);
     check_no_leak();
 }
