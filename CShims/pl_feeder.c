@@ -291,7 +291,7 @@ uint8_t *pl_thread_frame_buffer(void) {
     pthread_once(&pl_buffer_once, pl_buffer_key_make);
     uint8_t *buffer = pthread_getspecific(pl_buffer_key);
     if (buffer == NULL) {
-        buffer = malloc((size_t)PL_READ_BATCH * PL_WIRE_MAX_FRAME);
+        buffer = malloc(PL_FRAME_BUFFER_BYTES);
         if (buffer != NULL && pthread_setspecific(pl_buffer_key, buffer) != 0) {
             free(buffer);
             buffer = NULL;

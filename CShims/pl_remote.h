@@ -299,6 +299,8 @@ typedef enum pl_read_result {
 
 /* Packets one read takes at most (recvmmsg); a reader's buffer holds this many frames. */
 #define PL_READ_BATCH 4
+/* A reader's frame buffer: room for a batch of full frames (a thread's, pl_thread_frame_buffer; the transport's). */
+#define PL_FRAME_BUFFER_BYTES ((size_t)PL_READ_BATCH * PL_WIRE_MAX_FRAME)
 /* What a set's receiver reads in one turn before it hands the rest to the transport. Packets (ring records): as
  * many as one peer may have in flight to a port (half the largest queue limit), so that one peer's stream of small
  * messages is read in a turn; handing it over every 64 woke the transport, and two readers then took turns at one

@@ -196,7 +196,7 @@ pl_status_t pl_transport_start(void) {
     pthread_mutex_lock(&T.lock);
     pl_status_t status = PL_OK;
     if (!T.started) {
-        if (pl_transport_buffer == NULL) pl_transport_buffer = malloc((size_t)PL_READ_BATCH * PL_WIRE_MAX_FRAME);
+        if (pl_transport_buffer == NULL) pl_transport_buffer = malloc(PL_FRAME_BUFFER_BYTES);
         int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
         int wake_fd = epoll_fd < 0 ? -1 : eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         struct epoll_event wake = { .events = EPOLLIN, .data.u64 = PL_TAG_WAKE };

@@ -3292,7 +3292,7 @@ static void hand_conn_open(hand_conn_t *h) {
     h->conn->service = &h->service;
     h->conn->welcomed = true;
     pthread_mutex_unlock(&h->conn->lock);
-    h->buffer = malloc((size_t)PL_READ_BATCH * PL_WIRE_MAX_FRAME);
+    h->buffer = malloc(PL_FRAME_BUFFER_BYTES);
     CHECK(h->buffer != NULL);
     uint8_t hello[PL_WIRE_HELLO_SIZE];
     size_t length = pl_wire_encode_hello(hello, PL_WIRE_VERSION, 0, (pl_wire_right_t){ 0 });
@@ -3333,12 +3333,17 @@ static void hand_send_fds(hand_conn_t *h, const uint8_t *packet, size_t length, 
     CHECK(sendmsg(h->pair[1], &msg, 0) == (ssize_t)length);
 }
 
-/* Appends a MESSAGE frame for handle 1 (the fragment of `total` bytes at `offset`, `count` of them) to `out`. */
-static size_t hand_fragment(uint8_t *out, int32_t id, uint32_t total, uint32_t offset, uint32_t count, bool more) {
+/* Appends a MESSAGE frame for handle 1 with the given flags (the fragment of `total` bytes at `offset`, `count` of
+ * them) to `out`. */
+static size_t hand_frame(uint8_t *out, uint8_t flags, int32_t id, uint32_t total, uint32_t offset, uint32_t count) {
     pl_wire_message_t m = { .dest = 1, .id = id, .total_size = total, .offset = offset };
-    size_t head = pl_wire_encode_message_head(out, more ? PL_FRAME_MORE : 0, &m, NULL, count);
+    size_t head = pl_wire_encode_message_head(out, flags, &m, NULL, count);
     for (uint32_t i = 0; i < count; i++) out[head + i] = fragmented_byte(offset + i);
     return head + count;
+}
+
+static size_t hand_fragment(uint8_t *out, int32_t id, uint32_t total, uint32_t offset, uint32_t count, bool more) {
+    return hand_frame(out, more ? PL_FRAME_MORE : 0, id, total, offset, count);
 }
 
 /* Reads what the socket holds, `batch` packets a system call; returns the last result. */
@@ -3447,14 +3452,6 @@ static void scenario_fragments_in_place(void) {
 
 /* ---- once_message_cut_short --------------------------------------------------------------------- */
 
-/* The first fragment of a message of `total` bytes to handle 1 through a send-once right, `count` of them here. */
-static size_t hand_once_fragment(uint8_t *out, uint32_t total, uint32_t count) {
-    pl_wire_message_t m = { .dest = 1, .id = 30, .total_size = total };
-    size_t head = pl_wire_encode_message_head(out, PL_FRAME_ONCE | PL_FRAME_MORE, &m, NULL, count);
-    for (uint32_t i = 0; i < count; i++) out[head + i] = fragmented_byte(i);
-    return head + count;
-}
-
 /* Takes what the port holds: the message through the right, or that right's notice. */
 static void hand_expect_once(hand_conn_t *h, bool message) {
     pl_received_t out;
@@ -3500,7 +3497,8 @@ static void scenario_once_message_cut_short(void) {
             result = hand_read(&h, 1, &why);
             CHECK(result == PL_READ_ENDED && why != NULL && strstr(why, "memfd") != NULL);
         } else {
-            hand_send(&h, packet, hand_once_fragment(packet, FRAGMENTED_SIZE, first));
+            /* Its first fragment, flagged as sent through the send-once right. */
+            hand_send(&h, packet, hand_frame(packet, PL_FRAME_ONCE | PL_FRAME_MORE, 30, FRAGMENTED_SIZE, 0, first));
             CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
         }
         if (c == HANDLE_RELEASED) {
