@@ -8,7 +8,8 @@
  *
  * How much is lent: at most a window of half the queue limit (at least 1) per peer, and never more than the
  * room there is. Room freed by receiving a message that came from a peer goes back to that peer, unless a local
- * sender or another peer is waiting for room: then it goes to them. All of this runs under the port's lock; the
+ * sender or another peer is waiting for room: then it goes to them. Room freed by a local message, or by a raised
+ * queue limit, goes to a waiting peer too (a waiting local sender takes it first). All of this runs under the port's lock; the
  * frames that tell peers are written after it.
  */
 #include "pl_remote.h"
@@ -235,7 +236,7 @@ void pl_remote_room_freed_locked(pl_port_t *port, pl_export_t *e) {
         return;
     }
     /* No search: the message kept its export, dropped or not (dropping takes this lock too). */
-    if (e->dropped || pl_free_room_locked(port) == 0 || e->lent >= pl_window(port)) return;
+    if (e == NULL || e->dropped || pl_free_room_locked(port) == 0 || e->lent >= pl_window(port)) return;
     e->lent++;
     port->reserved++;
     /* A sender streaming one way gets no reply to carry its credit back: it would spend its window, ask, and wait a
@@ -252,6 +253,8 @@ void pl_remote_room_freed_locked(pl_port_t *port, pl_export_t *e) {
         pl_transport_flush_owed(e->conn);
     }
 }
+
+void pl_remote_room_grown_locked(pl_port_t *port) { pl_give_room_to_waiters_locked(port); }
 
 void pl_credit_send_due(pl_conn_t *conn) {
     if (conn == NULL) return;

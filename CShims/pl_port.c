@@ -243,7 +243,9 @@ pl_status_t pl_port_set_qlimit(pl_port_t *port, uint32_t qlimit) {
         return PL_ERR_INVALID_NAME;
     }
     bool raised = qlimit > port->qlimit && port->waiting_senders > 0;
+    bool grown = qlimit > port->qlimit && port->want_waiters > 0;
     port->qlimit = qlimit;
+    if (grown) pl_remote_room_grown_locked(port); /* peers waiting for credit share the new room */
     pthread_mutex_unlock(&port->lock);
     if (raised) pthread_cond_broadcast(&port->senders);
     return PL_OK;
@@ -788,14 +790,15 @@ static inline pl_status_t pl_port_dequeue_into_locked(pl_port_t *port, pl_receiv
     port->head = (port->head + 1) % port->ring_capacity;
     port->count--;
     pl_msg_extra_t *extra = slot->extra;
+    pl_export_t *origin = extra != NULL ? extra->origin : NULL;
+    /* The slot is lent again when it came from a peer, and whoever's it was when a peer waits for room: a peer
+     * waiting behind local senders would otherwise wait for ever once the queue held only local messages. */
+    if (origin != NULL || port->want_waiters > 0) pl_remote_room_freed_locked(port, origin);
     if (extra != NULL) {
         out->sender = extra->sender;
         out->attachments = extra->attachments;
         bool shared = (extra->flags & PL_MSG_SHARED) != 0; /* read first: the release may free the export holding it */
-        if (extra->origin != NULL) {
-            pl_remote_room_freed_locked(port, extra->origin);
-            pl_export_release(extra->origin); /* frees memory only, never takes a lock */
-        }
+        if (origin != NULL) pl_export_release(origin); /* frees memory only, never takes a lock */
         if (!shared) free(extra);
     }
     return PL_OK;

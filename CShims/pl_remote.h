@@ -428,8 +428,11 @@ void pl_proxy_free(pl_proxy_t *proxy);
 
 /* ---- hooks from the port file (port lock held unless said) ---- */
 
-/* A message that came through export `origin` was dequeued from port: lend the slot again (see the top). */
+/* A message was dequeued from port, through export `origin` or, when NULL, from this process: its slot goes to a
+ * peer waiting for credit, or back to `origin` (see the top). Called when origin != NULL or want_waiters > 0. */
 void pl_remote_room_freed_locked(pl_port_t *port, struct pl_export *origin);
+/* The port's queue limit was raised while peers waited for credit: they are given of the new room. */
+void pl_remote_room_grown_locked(pl_port_t *port);
 /* Takes and releases a reference to an export's memory (releasing never takes a lock). */
 void pl_export_retain(struct pl_export *e);
 void pl_export_release(struct pl_export *e);

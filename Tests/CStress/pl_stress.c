@@ -3530,6 +3530,104 @@ static void scenario_once_message_cut_short(void) {
     free(packet);
 }
 
+/* ---- want_behind_local_senders ------------------------------------------------------------------ */
+
+static void *local_sender_forever(void *raw) {
+    CHECK_OK(pl_port_send(raw, 50, "local", 5, NULL, PL_TIMEOUT_FOREVER));
+    return NULL;
+}
+
+/* Waits (up to 10 s) until the port holds `count` messages and `waiting` local senders wait for room. */
+static bool hand_port_settles(pl_port_t *port, uint32_t count, uint32_t waiting) {
+    for (int64_t deadline = now_ns() + 10000 * MS; now_ns() < deadline; sleep_us(200)) {
+        pthread_mutex_lock(&port->lock);
+        bool settled = port->count == count && port->waiting_senders == waiting;
+        pthread_mutex_unlock(&port->lock);
+        if (settled) return true;
+    }
+    return false;
+}
+
+/* The credit frames the peer has been sent for handle 1, summed. */
+static uint32_t hand_credit_received(hand_conn_t *h) {
+    uint32_t credit = 0;
+    uint8_t packet[PL_WIRE_MAX_FRAME];
+    ssize_t n;
+    while ((n = recv(h->pair[1], packet, sizeof packet, MSG_DONTWAIT)) > 0) {
+        for (size_t at = 0, length; at < (size_t)n; at += length) {
+            length = pl_wire_frame_length(packet + at, (size_t)n - at);
+            pl_wire_frame_t frame;
+            const char *why;
+            CHECK(length > 0 && pl_wire_decode(packet + at, length, 0, &frame, &why));
+            if (length == 0) break;
+            if (frame.type == PL_FRAME_CREDIT && frame.u.control.handle == 1) credit += frame.u.control.count;
+        }
+    }
+    return credit;
+}
+
+/* A peer waits for credit while the port is full, and local senders wait too. Room freed by the peer's own messages
+ * goes to the local senders (they asked first); the queue then holds local messages only. As those are received,
+ * the peer must be given room: it has nothing else to wait for, and a send of its without a timeout would wait for
+ * ever on a port that empties. */
+static void scenario_want_behind_local_senders(void) {
+    hand_conn_t h;
+    hand_conn_open(&h);
+    const char *why = NULL;
+    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED); /* the hello */
+    uint8_t packet[256];
+    /* The peer spends both its credits; two local messages fill the port's limit of 4; two local senders wait. */
+    size_t length = hand_frame(packet, 0, 40, 8, 0, 8);
+    length += hand_frame(packet + length, 0, 41, 8, 0, 8);
+    hand_send(&h, packet, length);
+    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0));
+    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0));
+    pthread_t senders[2];
+    for (int i = 0; i < 2; i++) start_thread(&senders[i], local_sender_forever, h.port);
+    CHECK(hand_port_settles(h.port, 4, 2));
+    /* The peer asks for credit and waits for it. */
+    hand_send(&h, packet, pl_wire_encode_control(packet, PL_FRAME_WANT, 1, PL_WANT_WAIT, 0));
+    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+    CHECK(hand_credit_received(&h) == 0);
+    /* Its two messages are received; each one's room goes to a local sender. */
+    pl_received_t out;
+    for (uint32_t i = 0; i < 2; i++) {
+        CHECK_OK(pl_port_receive(h.port, &out, packet, sizeof packet, 0));
+        CHECK(out.id == 40 + (int32_t)i);
+        CHECK(hand_port_settles(h.port, 4, 1 - i));
+    }
+    for (int i = 0; i < 2; i++) pthread_join(senders[i], NULL);
+    /* Local messages only, now: receiving them makes room, and the waiting peer is given it. */
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(pl_port_receive(h.port, &out, packet, sizeof packet, 0));
+        CHECK(out.id == 50);
+    }
+    pthread_mutex_lock(&h.port->lock);
+    pl_export_t *e = pl_handle_map_get(&h.conn->exports, 1);
+    CHECK(e != NULL && !e->waiting && h.port->want_waiters == 0);
+    pthread_mutex_unlock(&h.port->lock);
+    pl_conn_flush_owed(h.conn);
+    CHECK(hand_credit_received(&h) > 0);
+    hand_conn_close(&h);
+
+    /* A full port whose queue limit is raised while the peer waits: the peer is given of the new room at once. */
+    hand_conn_open(&h);
+    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+    length = hand_frame(packet, 0, 40, 8, 0, 8);
+    length += hand_frame(packet + length, 0, 41, 8, 0, 8);
+    hand_send(&h, packet, length);
+    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0));
+    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0));
+    hand_send(&h, packet, pl_wire_encode_control(packet, PL_FRAME_WANT, 1, PL_WANT_WAIT, 0));
+    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+    CHECK(hand_credit_received(&h) == 0);
+    CHECK_OK(pl_port_set_qlimit(h.port, 8));
+    pl_conn_flush_owed(h.conn);
+    CHECK(hand_credit_received(&h) > 0);
+    hand_conn_close(&h);
+}
+
 /* ---- ring_switch_mid_batch ---------------------------------------------------------------------- */
 
 /* Plays the client's part of the switch up to its RING_START: offers a ring, reads the service's acceptance and
@@ -3972,6 +4070,7 @@ int main(int argc, char **argv) {
         { "exit_flush", scenario_exit_flush },
         { "fragments_in_place", scenario_fragments_in_place },
         { "once_message_cut_short", scenario_once_message_cut_short },
+        { "want_behind_local_senders", scenario_want_behind_local_senders },
         { "ring_switch_mid_batch", scenario_ring_switch_mid_batch },
         { "payload_cache", scenario_payload_cache },
         { "batch_taking", scenario_batch_taking },
