@@ -197,7 +197,7 @@ pl_status_t pl_transport_start(void) {
     pl_status_t status = PL_OK;
     if (!T.started) {
         if (pl_transport_buffer == NULL) pl_transport_buffer = malloc(PL_FRAME_BUFFER_BYTES);
-        int epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+        int epoll_fd = pl_transport_buffer == NULL ? -1 : epoll_create1(EPOLL_CLOEXEC);
         int wake_fd = epoll_fd < 0 ? -1 : eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         struct epoll_event wake = { .events = EPOLLIN, .data.u64 = PL_TAG_WAKE };
         pthread_t thread;

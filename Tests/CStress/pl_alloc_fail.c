@@ -32,7 +32,8 @@
  * hold (more than one batch of those told at a time) is destroyed while no thread of its process can allocate:
  * each peer must be told of that port's death, and its connection, which carries another port, must live on. A
  * process whose messages wait in its connection's queue (the service stopped) calls exit() with no memory left: the
- * exit flush must send them all.
+ * exit flush must send them all. A fresh process (this program exec'd) with no memory for its transport's buffer
+ * must be refused at once by the check-in and the look-up that would start it, then start once memory is back.
  * Last, the service's own process fails one allocation at a time, then every one from the n-th on (from its
  * check-in on): the client sees what it sees when nothing fails or is told why (turned away, the connection's end,
  * a notice), never waits in vain, and what it saw before being told is the reference's beginning (the service's
@@ -107,7 +108,16 @@ static bool allocation_fails(void) {
     return true;
 }
 
-void *__wrap_malloc(size_t size) { return allocation_fails() ? NULL : __real_malloc(size); }
+/* In the transport-start check's process: allocations of exactly this size fail (0: none). */
+static size_t fail_size;
+
+void *__wrap_malloc(size_t size) {
+    if (fail_size != 0 && size == fail_size) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return allocation_fails() ? NULL : __real_malloc(size);
+}
 void *__wrap_calloc(size_t count, size_t size) { return allocation_fails() ? NULL : __real_calloc(count, size); }
 void *__wrap_realloc(void *old, size_t size) { return allocation_fails() ? NULL : __real_realloc(old, size); }
 char *__wrap_strdup(const char *s) { return allocation_fails() ? NULL : __real_strdup(s); }
@@ -821,6 +831,64 @@ static void check_exit_flush(void) {
     check_no_leak();
 }
 
+/* ---- the transport's start with no memory for its buffer --------------------------------------------- */
+
+#define START_SERVICE "alloc-fail-start"
+#define START_TIMEOUT (3 * 1000000000LL)
+
+/* The body of a fresh process (this program exec'd again), which has not started its transport: with no memory for
+ * the transport thread's frame buffer, the check-in and the look-up that would start it answer PL_ERR_NO_MEMORY at
+ * once, leaving no descriptor open and no name behind; with memory back, both succeed and a request is answered.
+ * Returns the exit status: 0, or the step that failed. */
+static int transport_start_child(void) {
+    pl_port_t *own = NULL, *replies = NULL, *service = NULL;
+    if (pl_port_create(8, 64, &own) != PL_OK || pl_port_create(8, 64, &replies) != PL_OK) return 2;
+    int before = open_descriptors();
+    fail_size = PL_FRAME_BUFFER_BYTES;
+    if (pl_service_check_in(namespace_dir, START_SERVICE, own, NULL) != PL_ERR_NO_MEMORY) return 10;
+    if (pl_service_look_up(namespace_dir, SERVICE_NAME, START_TIMEOUT, &service) != PL_ERR_NO_MEMORY) return 11;
+    if (open_descriptors() != before) return 12;
+    char path[PL_NAMESPACE_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", namespace_dir, START_SERVICE);
+    if (access(path, F_OK) == 0) return 13;
+    fail_size = 0;
+    if (pl_service_look_up(namespace_dir, SERVICE_NAME, START_TIMEOUT, &service) != PL_OK) return 14;
+    if (pl_port_send(service, 5, "start", 5, replies, START_TIMEOUT) != PL_OK) return 15;
+    uint8_t answer[64];
+    pl_received_t m;
+    if (pl_port_receive(replies, &m, answer, sizeof answer, START_TIMEOUT) != PL_OK || m.id != 105) return 16;
+    if (m.reply != NULL) pl_port_release_send(m.reply);
+    if (pl_service_check_in(namespace_dir, START_SERVICE, own, NULL) != PL_OK) return 17;
+    pl_port_release_send(service);
+    pl_port_destroy(replies);
+    pl_port_destroy(own);
+    return 0;
+}
+
+static void check_transport_start(void) {
+    run_name = "the transport's start with no memory for its buffer";
+    run_n = 0;
+    pid_t service = start_service();
+    pid_t child = fork();
+    CHECK(child >= 0);
+    if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        execl("/proc/self/exe", "pl_alloc_fail", "--transport-start", namespace_dir, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    CHECK(waitpid(child, &status, 0) == child);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fail_at(__LINE__, "a process without memory for its transport's buffer", -1);
+        fprintf(stderr, "  its status: %s %d (10, 11: not PL_ERR_NO_MEMORY; 12: a descriptor left open; 13: a name left; "
+                        "14-17: no start once memory was back)\n",
+                WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    } else if (verbose) {
+        printf("%s: refused at once, then started\n", run_name);
+    }
+    end_service(service);
+}
+
 /* ---- a port's death told to its peers with no memory left ----------------------------------------------- */
 
 #define DEATH_SERVICE "alloc-fail-death"
@@ -926,6 +994,11 @@ static void check_death_told(void) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--transport-start") == 0) {
+        /* The transport-start check's process (the child ends with _exit: its transport thread still runs). */
+        snprintf(namespace_dir, sizeof namespace_dir, "%s", argv[2]);
+        _exit(transport_start_child());
+    }
     verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     atexit(end_exit_flush_child);
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -952,6 +1025,7 @@ int main(int argc, char **argv) {
     check_starved_work();
     check_death_told();
     check_exit_flush();
+    check_transport_start();
 
     /* What the service left in the namespace: its socket and its lock file. */
     DIR *dir = opendir(namespace_dir);

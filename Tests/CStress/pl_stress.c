@@ -3490,12 +3490,14 @@ static void scenario_once_message_cut_short(void) {
             /* Whole, out of line, its payload said to be the descriptor beside it, which is no sealed memfd. */
             pl_wire_message_t m = { .dest = 1, .id = 30, .total_size = FRAGMENTED_SIZE, .fd_count = 1 };
             size_t length = pl_wire_encode_message_head(packet, PL_FRAME_ONCE | PL_FRAME_OUT_OF_LINE, &m, NULL, 0);
+            int before = open_descriptor_count();
             int not_memfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
             CHECK(not_memfd >= 0);
             hand_send_fds(&h, packet, length, &not_memfd, 1);
             close(not_memfd);
             result = hand_read(&h, 1, &why);
             CHECK(result == PL_READ_ENDED && why != NULL && strstr(why, "memfd") != NULL);
+            CHECK(open_descriptor_count() == before); /* the descriptor that came with it is closed */
         } else {
             /* Its first fragment, flagged as sent through the send-once right. */
             hand_send(&h, packet, hand_frame(packet, PL_FRAME_ONCE | PL_FRAME_MORE, 30, FRAGMENTED_SIZE, 0, first));
