@@ -184,7 +184,8 @@ void pl_port_set_context(pl_port_t *port, void *context);
 void *pl_port_get_context(const pl_port_t *port);
 
 /** Changes the queue limit, 1…PL_QLIMIT_MAX (mach_port_set_attributes with MACH_PORT_LIMITS_INFO).
- *  Raising it wakes blocked senders. Lowering it below the number queued drops nothing. */
+ *  Raising it wakes blocked senders, and gives of the new room to other processes waiting for it. Lowering it
+ *  below the number queued drops nothing. */
 pl_status_t pl_port_set_qlimit(pl_port_t *port, uint32_t qlimit);
 
 /** The current queue limit (mach_port_get_attributes with MACH_PORT_LIMITS_INFO). */

@@ -74,7 +74,8 @@ public struct PortReceiveRight: ~Copyable, @unchecked Sendable {
     public var queueLimit: Int { Int(pl_port_get_qlimit(port)) }
 
     /// Changes the queue limit, 1…1024 (`mach_port_set_attributes` with `MACH_PORT_LIMITS_INFO`). Raising it
-    /// wakes senders blocked on a full queue; lowering it below the number queued drops nothing.
+    /// wakes senders blocked on a full queue, those of other processes included; lowering it below the number
+    /// queued drops nothing.
     public func setQueueLimit(_ limit: Int) throws(PortError) {
         try Self.validate(queueLimit: limit)
         try PortError.check(pl_port_set_qlimit(port, UInt32(limit)), operation: "setQueueLimit")
