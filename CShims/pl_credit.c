@@ -344,7 +344,12 @@ bool pl_credit_released(pl_conn_t *conn, uint32_t handle, uint32_t transfers, ui
     pl_port_t *port = e->port;
     pthread_mutex_lock(&port->lock);
     bool held = pl_take_back_locked(e, credits);
-    if (held) pl_give_room_to_waiters_locked(port);
+    if (held) {
+        /* A RELEASE that crossed our RECLAIM answers it: the holder, no longer knowing the handle, will not. */
+        e->reclaiming = false;
+        port->reclaim_asked = false;
+        pl_give_room_to_waiters_locked(port);
+    }
     bool wake = held && credits > 0 && port->waiting_senders > 0;
     pthread_mutex_unlock(&port->lock);
     if (wake) pthread_cond_broadcast(&port->senders);
@@ -468,10 +473,17 @@ void pl_conn_unexport_locked(pl_conn_t *conn, const pl_wire_right_t *rights, uin
     for (uint32_t i = 0; i < count; i++) {
         pl_export_t *e = pl_handle_map_get(&conn->exports, rights[i].handle);
         if (e == NULL) continue;
-        pthread_mutex_lock(&e->port->lock);
-        e->lent -= rights[i].credits;
-        e->port->reserved -= rights[i].credits;
-        pthread_mutex_unlock(&e->port->lock);
+        if (e->transfers > 1 && rights[i].credits > 0) {
+            /* The peer holds the right already: the credit stays its own, owed, since it may be the answer to a
+             * WANT of the peer's, which would not ask again. */
+            pl_export_owe(e, rights[i].credits);
+            pl_transport_flush_owed(conn);
+        } else if (rights[i].credits > 0) {
+            pthread_mutex_lock(&e->port->lock);
+            e->lent -= rights[i].credits;
+            e->port->reserved -= rights[i].credits;
+            pthread_mutex_unlock(&e->port->lock);
+        }
         /* An entry left with no transfer is the transport thread's to drop: only it frees exports, which lets it
          * use one after letting go of the connection's lock. */
         if (--e->transfers == 0) pl_transport_drop_export(conn, e->handle);

@@ -410,6 +410,9 @@ static pl_status_t pl_port_wait_for_room_locked(pl_port_t *port, int64_t timeout
             pthread_mutex_unlock(&port->lock);
             pl_remote_reclaim(port);
             pthread_mutex_lock(&port->lock);
+            /* A dequeue meanwhile may have signalled this sender, which was not waiting: count the signal as
+             * consumed, or the count stays one high and a sender that waits alone later is never signalled. */
+            if (port->sender_wakes_pending > 0) port->sender_wakes_pending--;
             continue;
         }
         pl_cond_wait_until(&port->senders, &port->lock, deadline);
@@ -419,6 +422,7 @@ static pl_status_t pl_port_wait_for_room_locked(pl_port_t *port, int64_t timeout
     }
     /* The next sender that finds the port full asks again: other processes may hold room by then. */
     if (--port->waiting_senders == 0) port->reclaim_asked = false;
+    if (port->sender_wakes_pending > port->waiting_senders) port->sender_wakes_pending = port->waiting_senders;
     return (!port->dead && pl_port_full_locked(port)) ? PL_ERR_TIMED_OUT : PL_OK;
 }
 

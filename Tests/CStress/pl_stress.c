@@ -3539,9 +3539,9 @@ static void *local_sender_forever(void *raw) {
     return NULL;
 }
 
-/* Waits (up to 10 s) until the port holds `count` messages and `waiting` local senders wait for room. */
-static bool hand_port_settles(pl_port_t *port, uint32_t count, uint32_t waiting) {
-    for (int64_t deadline = now_ns() + 10000 * MS; now_ns() < deadline; sleep_us(200)) {
+/* Waits (up to `ms`) until the port holds `count` messages and `waiting` local senders wait for room. */
+static bool hand_port_settles_within(pl_port_t *port, uint32_t count, uint32_t waiting, int64_t ms) {
+    for (int64_t deadline = now_ns() + ms * MS; now_ns() < deadline; sleep_us(200)) {
         pthread_mutex_lock(&port->lock);
         bool settled = port->count == count && port->waiting_senders == waiting;
         pthread_mutex_unlock(&port->lock);
@@ -3550,9 +3550,14 @@ static bool hand_port_settles(pl_port_t *port, uint32_t count, uint32_t waiting)
     return false;
 }
 
-/* The credit frames the peer has been sent for handle 1, summed. */
-static uint32_t hand_credit_received(hand_conn_t *h) {
-    uint32_t credit = 0;
+static bool hand_port_settles(pl_port_t *port, uint32_t count, uint32_t waiting) {
+    return hand_port_settles_within(port, count, waiting, 10000);
+}
+
+/* Frames of `type` the peer has been sent for handle 1: how many; *sum gets their counts summed. */
+static uint32_t hand_frames_of(hand_conn_t *h, pl_frame_type_t type, uint32_t *sum) {
+    uint32_t frames = 0;
+    if (sum != NULL) *sum = 0;
     uint8_t packet[PL_WIRE_MAX_FRAME];
     ssize_t n;
     while ((n = recv(h->pair[1], packet, sizeof packet, MSG_DONTWAIT)) > 0) {
@@ -3562,9 +3567,19 @@ static uint32_t hand_credit_received(hand_conn_t *h) {
             const char *why;
             CHECK(length > 0 && pl_wire_decode(packet + at, length, 0, &frame, &why));
             if (length == 0) break;
-            if (frame.type == PL_FRAME_CREDIT && frame.u.control.handle == 1) credit += frame.u.control.count;
+            if (frame.type == type && frame.u.control.handle == 1) {
+                frames++;
+                if (sum != NULL) *sum += frame.u.control.count;
+            }
         }
     }
+    return frames;
+}
+
+/* The credit the peer has been sent for handle 1, summed. */
+static uint32_t hand_credit_received(hand_conn_t *h) {
+    uint32_t credit;
+    hand_frames_of(h, PL_FRAME_CREDIT, &credit);
     return credit;
 }
 
@@ -3629,6 +3644,179 @@ static void scenario_want_behind_local_senders(void) {
     CHECK(hand_credit_received(&h) > 0);
     hand_conn_close(&h);
 }
+
+/* ---- credit: wake-ups and answers that must not be lost ------------------------------------------- */
+
+/* A local sender that waits for room asks for lent room back (pl_remote_reclaim), with the port unlocked. A
+ * dequeue in that window signals it (sender_wakes_pending++) while it is not on the condition variable; it finds
+ * room when it relocks and leaves. That signal must not stay counted as pending: if it did, the next sender that
+ * waits alone would never be signalled by a dequeue, and would wait on a port with room. */
+static void scenario_wake_during_reclaim(void) {
+    hand_conn_t h;
+    hand_conn_open(&h);
+    const char *why = NULL;
+    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED); /* the hello; 2 credits lent: reserved 2 of 4 */
+    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0));
+    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0)); /* full: count 2 + reserved 2 */
+    /* Hold the connection's write lock: the sender's RECLAIM frame waits for it, with the port unlocked. */
+    pthread_mutex_lock(&h.conn->write_lock);
+    pthread_t s1;
+    start_thread(&s1, local_sender_forever, h.port);
+    bool inside = false;
+    for (int64_t deadline = now_ns() + 5000 * MS; !inside && now_ns() < deadline; sleep_us(200)) {
+        pthread_mutex_lock(&h.port->lock);
+        inside = h.port->waiting_senders == 1 && h.port->reclaim_asked;
+        pthread_mutex_unlock(&h.port->lock);
+    }
+    CHECK(inside);
+    sleep_us(20000); /* it is blocked on the write lock in pl_notify */
+    pl_received_t out;
+    uint8_t buffer[64];
+    CHECK_OK(pl_port_receive(h.port, &out, buffer, sizeof buffer, 0)); /* room: a signal no one waits for */
+    pthread_mutex_unlock(&h.conn->write_lock);
+    pthread_join(s1, NULL);
+    pthread_mutex_lock(&h.port->lock);
+    uint32_t pending = h.port->sender_wakes_pending, waiting = h.port->waiting_senders;
+    pthread_mutex_unlock(&h.port->lock);
+    if (pending != 0) fprintf(stderr, "  sender_wakes_pending = %u with %u senders waiting\n", pending, waiting);
+    CHECK(pending == 0);
+    /* The consequence: a sender without a timeout waits on a full port; a message is received; it is not woken. */
+    pthread_t s2;
+    start_thread(&s2, local_sender_forever, h.port);
+    CHECK(hand_port_settles_within(h.port, 2, 1, 5000));
+    CHECK_OK(pl_port_receive(h.port, &out, buffer, sizeof buffer, 0)); /* count 1 + reserved 2 < 4 */
+    bool woken = hand_port_settles_within(h.port, 2, 0, 2000);
+    if (!woken) fprintf(stderr, "  a sender waits for ever on a port with room (count 1, reserved 2, limit 4)\n");
+    CHECK(woken);
+    if (!woken) pthread_cond_broadcast(&h.port->senders); /* let it go, to end the scenario */
+    pthread_join(s2, NULL);
+    hand_conn_close(&h);
+}
+
+typedef struct { pl_port_t *port; int64_t timeout_ns; pl_status_t status; } timed_send_t;
+static void *local_sender_timed(void *raw) {
+    timed_send_t *t = raw;
+    t->status = pl_port_send(t->port, 51, "local", 5, NULL, t->timeout_ns);
+    return NULL;
+}
+
+/* The owner asks a peer for its credit back (RECLAIM, e->reclaiming). The peer, not having read it, lets go of
+ * its right (RELEASE with its credits) and ignores the RECLAIM (the handle is no longer in its table): no RETURN
+ * will come. A second right to the port was on its way, so the export stays. The RELEASE must count as the answer:
+ * when the peer holds credit again and sits idle, a local sender on a port whose room is all lent to it must get a
+ * RECLAIM sent, not wait on an empty port. */
+static void scenario_reclaim_crossed_by_release(void) {
+    hand_conn_t h;
+    hand_conn_open(&h);
+    const char *why = NULL;
+    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+    /* A second right to the port goes to the peer (in some message): no credit with it, the peer holds 2. */
+    pthread_mutex_lock(&h.conn->lock);
+    pl_wire_right_t right;
+    bool dead;
+    CHECK_OK(pl_conn_export_locked(h.conn, h.port, &right, &dead));
+    CHECK(right.handle == 1 && right.credits == 0);
+    pthread_mutex_unlock(&h.conn->lock);
+    /* A local sender finds the port full and asks for the lent room back. */
+    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0));
+    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0));
+    CHECK_STATUS(pl_port_send(h.port, 50, "local", 5, NULL, 100 * MS), PL_ERR_TIMED_OUT);
+    CHECK(hand_frames_of(&h, PL_FRAME_RECLAIM, NULL) == 1);
+    pl_received_t out;
+    uint8_t packet[256];
+    for (int i = 0; i < 2; i++) CHECK_OK(pl_port_receive(h.port, &out, packet, sizeof packet, 0));
+    /* The peer had let go of its first right before it read the RECLAIM: RELEASE, one transfer, its 2 credits. */
+    hand_send(&h, packet, pl_wire_encode_control(packet, PL_FRAME_RELEASE, 1, 2, 1));
+    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+    pthread_mutex_lock(&h.conn->lock);
+    pl_export_t *e = pl_handle_map_get(&h.conn->exports, 1);
+    pthread_mutex_unlock(&h.conn->lock);
+    CHECK(e != NULL);
+    if (e == NULL) { hand_conn_close(&h); return; }
+    pthread_mutex_lock(&h.port->lock);
+    bool stuck = e->reclaiming;
+    pthread_mutex_unlock(&h.port->lock);
+    if (stuck) fprintf(stderr, "  e->reclaiming still set after the RELEASE that answered the RECLAIM\n");
+    CHECK(!stuck);
+    /* The peer takes its second right, asks for credit and gets it; it then sits idle. */
+    hand_send(&h, packet, pl_wire_encode_control(packet, PL_FRAME_WANT, 1, 0, 0));
+    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+    uint32_t credit = 0;
+    hand_frames_of(&h, PL_FRAME_CREDIT, &credit);
+    CHECK(credit == 2);
+    /* The queue limit is lowered to 2: the port is empty, and full of the peer's idle credit. */
+    CHECK_OK(pl_port_set_qlimit(h.port, 2));
+    timed_send_t t = { .port = h.port, .timeout_ns = 3000 * MS };
+    pthread_t s;
+    start_thread(&s, local_sender_timed, &t);
+    /* Play a well-behaved peer: answer a RECLAIM with a RETURN of the idle credit. */
+    bool reclaimed = false;
+    for (int64_t deadline = now_ns() + 2000 * MS; !reclaimed && now_ns() < deadline; sleep_us(1000)) {
+        reclaimed = hand_frames_of(&h, PL_FRAME_RECLAIM, NULL) > 0;
+    }
+    if (reclaimed) {
+        hand_send(&h, packet, pl_wire_encode_control(packet, PL_FRAME_RETURN, 1, credit, 0));
+        CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+    } else {
+        fprintf(stderr, "  no RECLAIM: a local sender waits on an empty port lent whole to an idle peer\n");
+    }
+    CHECK(reclaimed);
+    pthread_join(s, NULL);
+    CHECK_OK(t.status);
+    hand_conn_close(&h);
+}
+
+/* A WANT|WAIT answered with room given to the waiter (owed, e->waiting cleared). Before the transport flushes it,
+ * a message of ours carrying a right to the port is encoded on the same connection: the owed credit goes into the
+ * right (pl_conn_export_locked). A later right of that message cannot be encoded (NO_SPACE at PL_CONN_MAX_RIGHTS,
+ * or NO_MEMORY), and pl_conn_unexport_locked undoes the right. The credit must still reach the peer, which waits
+ * for that answer and will not ask again. */
+static void scenario_undone_right_keeps_want_answer(void) {
+    hand_conn_t h;
+    hand_conn_open(&h);
+    const char *why = NULL;
+    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+    uint8_t packet[256];
+    size_t length = hand_frame(packet, 0, 40, 8, 0, 8);
+    length += hand_frame(packet + length, 0, 41, 8, 0, 8);
+    hand_send(&h, packet, length); /* the peer spends both credits */
+    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0));
+    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0)); /* full */
+    hand_send(&h, packet, pl_wire_encode_control(packet, PL_FRAME_WANT, 1, PL_WANT_WAIT, 0));
+    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+    CHECK(hand_frames_of(&h, PL_FRAME_CREDIT, NULL) == 0);
+    pl_received_t out;
+    for (int i = 0; i < 2; i++) CHECK_OK(pl_port_receive(h.port, &out, packet, sizeof packet, 0)); /* 40, 41 */
+    pthread_mutex_lock(&h.conn->lock);
+    pl_export_t *e = pl_handle_map_get(&h.conn->exports, 1);
+    pthread_mutex_lock(&h.port->lock);
+    CHECK(!e->waiting && h.port->want_waiters == 0 && atomic_load(&e->owed) > 0); /* answered, not yet flushed */
+    pthread_mutex_unlock(&h.port->lock);
+    /* pl_proxy_write: the right is encoded (export), then a later right fails and the export is undone. */
+    pl_wire_right_t right;
+    bool dead;
+    CHECK_OK(pl_conn_export_locked(h.conn, h.port, &right, &dead));
+    pl_conn_unexport_locked(h.conn, &right, 1);
+    pthread_mutex_unlock(&h.conn->lock);
+    /* The local messages are received: the queue empties. */
+    for (int i = 0; i < 2; i++) CHECK_OK(pl_port_receive(h.port, &out, packet, sizeof packet, 0));
+    pl_conn_flush_owed(h.conn);
+    uint32_t credit = 0;
+    hand_frames_of(&h, PL_FRAME_CREDIT, &credit);
+    pthread_mutex_lock(&h.port->lock);
+    bool waiting = e->waiting;
+    uint32_t count = h.port->count, reserved = h.port->reserved;
+    pthread_mutex_unlock(&h.port->lock);
+    bool answered = credit > 0 || waiting;
+    if (!answered) {
+        fprintf(stderr, "  WANT|WAIT never answered: port empty (count %u, reserved %u), export not waiting\n",
+                count, reserved);
+    }
+    CHECK(answered);
+    hand_conn_close(&h);
+}
+
 
 /* ---- ring_switch_mid_batch ---------------------------------------------------------------------- */
 
@@ -4073,6 +4261,9 @@ int main(int argc, char **argv) {
         { "fragments_in_place", scenario_fragments_in_place },
         { "once_message_cut_short", scenario_once_message_cut_short },
         { "want_behind_local_senders", scenario_want_behind_local_senders },
+        { "wake_during_reclaim", scenario_wake_during_reclaim },
+        { "reclaim_crossed_by_release", scenario_reclaim_crossed_by_release },
+        { "undone_right_keeps_want_answer", scenario_undone_right_keeps_want_answer },
         { "ring_switch_mid_batch", scenario_ring_switch_mid_batch },
         { "payload_cache", scenario_payload_cache },
         { "batch_taking", scenario_batch_taking },
