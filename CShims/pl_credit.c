@@ -9,8 +9,8 @@
  * How much is lent: at most a window of half the queue limit (at least 1) per peer, and never more than the
  * room there is. Room freed by receiving a message that came from a peer goes back to that peer, unless a local
  * sender or another peer is waiting for room: then it goes to them. Room freed by a local message, or by a raised
- * queue limit, goes to a waiting peer too (a waiting local sender takes it first). All of this runs under the port's lock; the
- * frames that tell peers are written after it.
+ * queue limit, goes to a waiting peer too (a waiting local sender takes it first). All of this runs under the
+ * port's lock; the frames that tell peers are written after it.
  */
 #include "pl_remote.h"
 

@@ -242,12 +242,12 @@ pl_status_t pl_port_set_qlimit(pl_port_t *port, uint32_t qlimit) {
         pthread_mutex_unlock(&port->lock);
         return PL_ERR_INVALID_NAME;
     }
-    bool raised = qlimit > port->qlimit && port->waiting_senders > 0;
-    bool grown = qlimit > port->qlimit && port->want_waiters > 0;
+    bool raised = qlimit > port->qlimit;
     port->qlimit = qlimit;
-    if (grown) pl_remote_room_grown_locked(port); /* peers waiting for credit share the new room */
+    if (raised && port->want_waiters > 0) pl_remote_room_grown_locked(port); /* peers waiting share the new room */
+    bool wake = raised && port->waiting_senders > 0;
     pthread_mutex_unlock(&port->lock);
-    if (raised) pthread_cond_broadcast(&port->senders);
+    if (wake) pthread_cond_broadcast(&port->senders);
     return PL_OK;
 }
 
@@ -422,7 +422,6 @@ static pl_status_t pl_port_wait_for_room_locked(pl_port_t *port, int64_t timeout
     }
     /* The next sender that finds the port full asks again: other processes may hold room by then. */
     if (--port->waiting_senders == 0) port->reclaim_asked = false;
-    if (port->sender_wakes_pending > port->waiting_senders) port->sender_wakes_pending = port->waiting_senders;
     return (!port->dead && pl_port_full_locked(port)) ? PL_ERR_TIMED_OUT : PL_OK;
 }
 

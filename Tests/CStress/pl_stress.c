@@ -3565,8 +3565,9 @@ static uint32_t hand_frames_of(hand_conn_t *h, pl_frame_type_t type, uint32_t *s
             length = pl_wire_frame_length(packet + at, (size_t)n - at);
             pl_wire_frame_t frame;
             const char *why;
-            CHECK(length > 0 && pl_wire_decode(packet + at, length, 0, &frame, &why));
-            if (length == 0) break;
+            bool decoded = length > 0 && pl_wire_decode(packet + at, length, 0, &frame, &why);
+            CHECK(decoded);
+            if (!decoded) break;
             if (frame.type == type && frame.u.control.handle == 1) {
                 frames++;
                 if (sum != NULL) *sum += frame.u.control.count;
@@ -3583,6 +3584,26 @@ static uint32_t hand_credit_received(hand_conn_t *h) {
     return credit;
 }
 
+/* Fills the port (limit 4) as a peer and this process share it: the peer spends both its credits (messages 40 and
+ * 41), then two local messages (50) take the rest. */
+static void hand_fill_port(hand_conn_t *h) {
+    uint8_t packet[128];
+    const char *why = NULL;
+    size_t length = hand_frame(packet, 0, 40, 8, 0, 8);
+    length += hand_frame(packet + length, 0, 41, 8, 0, 8);
+    hand_send(h, packet, length);
+    CHECK(hand_read(h, 1, &why) == PL_READ_DRAINED);
+    for (int i = 0; i < 2; i++) CHECK_OK(pl_port_send(h->port, 50, "local", 5, NULL, 0));
+}
+
+/* The peer asks for credit for handle 1 (WANT with `flags`), and the owner reads the question. */
+static void hand_want(hand_conn_t *h, uint32_t flags) {
+    uint8_t packet[PL_WIRE_HEADER_SIZE + 16];
+    const char *why = NULL;
+    hand_send(h, packet, pl_wire_encode_control(packet, PL_FRAME_WANT, 1, flags, 0));
+    CHECK(hand_read(h, 1, &why) == PL_READ_DRAINED);
+}
+
 /* A peer waits for credit while the port is full, and local senders wait too. Room freed by the peer's own messages
  * goes to the local senders (they asked first); the queue then holds local messages only. As those are received,
  * the peer must be given room: it has nothing else to wait for, and a send of its without a timeout would wait for
@@ -3593,19 +3614,13 @@ static void scenario_want_behind_local_senders(void) {
     const char *why = NULL;
     CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED); /* the hello */
     uint8_t packet[256];
-    /* The peer spends both its credits; two local messages fill the port's limit of 4; two local senders wait. */
-    size_t length = hand_frame(packet, 0, 40, 8, 0, 8);
-    length += hand_frame(packet + length, 0, 41, 8, 0, 8);
-    hand_send(&h, packet, length);
-    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
-    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0));
-    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0));
+    /* The port full of the peer's messages and local ones; two local senders wait. */
+    hand_fill_port(&h);
     pthread_t senders[2];
     for (int i = 0; i < 2; i++) start_thread(&senders[i], local_sender_forever, h.port);
     CHECK(hand_port_settles(h.port, 4, 2));
     /* The peer asks for credit and waits for it. */
-    hand_send(&h, packet, pl_wire_encode_control(packet, PL_FRAME_WANT, 1, PL_WANT_WAIT, 0));
-    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+    hand_want(&h, PL_WANT_WAIT);
     CHECK(hand_credit_received(&h) == 0);
     /* Its two messages are received; each one's room goes to a local sender. */
     pl_received_t out;
@@ -3631,13 +3646,8 @@ static void scenario_want_behind_local_senders(void) {
     /* A full port whose queue limit is raised while the peer waits: the peer is given of the new room at once. */
     hand_conn_open(&h);
     CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
-    length = hand_frame(packet, 0, 40, 8, 0, 8);
-    length += hand_frame(packet + length, 0, 41, 8, 0, 8);
-    hand_send(&h, packet, length);
-    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0));
-    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0));
-    hand_send(&h, packet, pl_wire_encode_control(packet, PL_FRAME_WANT, 1, PL_WANT_WAIT, 0));
-    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+    hand_fill_port(&h);
+    hand_want(&h, PL_WANT_WAIT);
     CHECK(hand_credit_received(&h) == 0);
     CHECK_OK(pl_port_set_qlimit(h.port, 8));
     pl_conn_flush_owed(h.conn);
@@ -3739,8 +3749,7 @@ static void scenario_reclaim_crossed_by_release(void) {
     if (stuck) fprintf(stderr, "  e->reclaiming still set after the RELEASE that answered the RECLAIM\n");
     CHECK(!stuck);
     /* The peer takes its second right, asks for credit and gets it; it then sits idle. */
-    hand_send(&h, packet, pl_wire_encode_control(packet, PL_FRAME_WANT, 1, 0, 0));
-    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+    hand_want(&h, 0);
     uint32_t credit = 0;
     hand_frames_of(&h, PL_FRAME_CREDIT, &credit);
     CHECK(credit == 2);
@@ -3777,14 +3786,8 @@ static void scenario_undone_right_keeps_want_answer(void) {
     const char *why = NULL;
     CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
     uint8_t packet[256];
-    size_t length = hand_frame(packet, 0, 40, 8, 0, 8);
-    length += hand_frame(packet + length, 0, 41, 8, 0, 8);
-    hand_send(&h, packet, length); /* the peer spends both credits */
-    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
-    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0));
-    CHECK_OK(pl_port_send(h.port, 50, "local", 5, NULL, 0)); /* full */
-    hand_send(&h, packet, pl_wire_encode_control(packet, PL_FRAME_WANT, 1, PL_WANT_WAIT, 0));
-    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED);
+    hand_fill_port(&h);
+    hand_want(&h, PL_WANT_WAIT);
     CHECK(hand_frames_of(&h, PL_FRAME_CREDIT, NULL) == 0);
     pl_received_t out;
     for (int i = 0; i < 2; i++) CHECK_OK(pl_port_receive(h.port, &out, packet, sizeof packet, 0)); /* 40, 41 */
@@ -3816,7 +3819,6 @@ static void scenario_undone_right_keeps_want_answer(void) {
     CHECK(answered);
     hand_conn_close(&h);
 }
-
 
 /* ---- ring_switch_mid_batch ---------------------------------------------------------------------- */
 
