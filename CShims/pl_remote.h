@@ -530,6 +530,7 @@ struct pl_service {
     atomic_uint refs;
     int listen_fd;
     int lock_fd;              /* flock held while the service lives; -1 under socket activation */
+    bool activated;           /* listen_fd is systemd's (socket activation): given back, not closed, when withdrawn */
     char *path;               /* the socket's path, unlinked when withdrawn (NULL under socket activation) */
     char *lock_path;
     pl_port_t *port;          /* a memory reference to the service port */
@@ -547,7 +548,7 @@ void pl_service_release(pl_service_t *service);
 void pl_service_accepted(pl_service_t *service, pl_pending_socket_t *pending);
 /* Unlinks the service's socket (once; any thread, while the service holds its lock). */
 void pl_service_unlink(pl_service_t *service);
-/* Closes the listening socket, unlinks the name, drops the lock (the transport thread). */
+/* Closes the listening socket (gives systemd's back), unlinks the name, drops the lock (the transport thread). */
 void pl_service_withdraw(pl_service_t *service);
 /* Closes the listening socket and the lock file, if open (async-signal-safe: for the fork child handler too). */
 void pl_service_close_descriptors(pl_service_t *service);

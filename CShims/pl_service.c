@@ -8,7 +8,8 @@
  * anew). Lock files are never unlinked: a process that opened one must always meet the same file.
  *
  * Under systemd socket activation the listening socket comes from the service manager (LISTEN_FDS,
- * LISTEN_FDNAMES) and the name is systemd's to hold: no lock file, nothing to unlink.
+ * LISTEN_FDNAMES) and the name is systemd's to hold: no lock file, nothing to unlink, and the socket is not closed
+ * when the service is withdrawn (systemd's copy keeps it listening): the next check-in of the name adopts it again.
  */
 #define _GNU_SOURCE
 #include "pl_remote.h"
@@ -118,7 +119,8 @@ static pl_status_t pl_activation_fd(const char *name, int *out_fd) {
     return PL_OK;
 }
 
-/* A check-in that adopted a socket systemd passed failed: the socket stays open, for the next check-in of the name. */
+/* A check-in that adopted a socket systemd passed failed, or its service was withdrawn: the socket stays open, for the
+ * next check-in of the name. */
 static void pl_activation_give_back(int fd) {
     pthread_mutex_lock(&pl_activation_lock);
     pl_activation_taken &= ~(1ull << (fd - 3));
@@ -168,6 +170,12 @@ void pl_service_unlink(pl_service_t *service) {
 void pl_service_withdraw(pl_service_t *service) {
     if (service->withdrawn) return;
     service->withdrawn = true;
+    if (service->activated && service->listen_fd >= 0) {
+        /* systemd's socket: it still listens on systemd's copy, so it stays open for the next check-in of the
+         * name, which serves the peers queued on it meanwhile (closed, the name could never be served again). */
+        pl_activation_give_back(service->listen_fd);
+        service->listen_fd = -1;
+    }
     /* The name goes before the lock does, so that the next holder never finds our socket. */
     pl_service_unlink(service);
     pl_service_close_descriptors(service);
@@ -211,7 +219,15 @@ pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port
     pl_status_t status = pl_service_name_check(name, NULL);
     if (status != PL_OK) return status;
     int activated = -1;
-    if ((status = pl_activation_fd(name, &activated)) != PL_OK) return status;
+    pl_lock_wait_t wait = { 0 };
+    while ((status = pl_activation_fd(name, &activated)) == PL_ERR_NAME_IN_USE) {
+        /* Adopted by a service of this process whose port was destroyed: the transport gives it back a moment
+         * later, when it withdraws that service. */
+        if (!pl_transport_lock_may_be_ours(&wait)) return status;
+        struct timespec pause = { .tv_sec = 0, .tv_nsec = 1000000 };
+        nanosleep(&pause, NULL);
+    }
+    if (status != PL_OK) return status;
     if (activated < 0 && (status = pl_directory_check(directory, true)) != PL_OK) return status;
     pl_service_t *service = NULL;
     if ((status = pl_transport_start()) != PL_OK || (service = calloc(1, sizeof *service)) == NULL) {
@@ -224,7 +240,10 @@ pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port
     pl_transport_opening_add(service);
     if (activated >= 0) {
         status = pl_activation_check(activated);
-        if (status == PL_OK) service->listen_fd = activated;
+        if (status == PL_OK) {
+            service->listen_fd = activated;
+            service->activated = true;
+        }
     } else {
         status = pl_listen_on_name(directory, name, service);
     }

@@ -1827,6 +1827,49 @@ static void activation_given_back_body(void) {
     remove_service_dir(dir);
 }
 
+/* In a child (it changes the environment and descriptor 3): a socket passed as systemd passes one, which systemd
+ * keeps a copy of, adopted by a check-in whose port is then destroyed. The name is systemd's still: the next
+ * check-in of it in this process adopts the same socket again, and a look-up is answered. */
+static bool activation_after_withdrawal_in_child(const char *dir) {
+    struct sockaddr_un address = { .sun_family = AF_UNIX };
+    snprintf(address.sun_path, sizeof address.sun_path, "%s/act", dir);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&address, sizeof address) != 0 || listen(fd, 8) != 0) return false;
+    if (fd != 3 && (dup2(fd, 3) != 3 || close(fd) != 0)) return false;
+    int manager = dup(3); /* systemd's own copy of the listening socket */
+    if (manager < 0) return false;
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    setenv("LISTEN_PID", pid, 1);
+    setenv("LISTEN_FDS", "1", 1);
+    setenv("LISTEN_FDNAMES", "act", 1);
+    pl_port_t *first, *second, *right = NULL;
+    if (pl_port_create(8, 64, &first) != PL_OK || pl_port_create(8, 64, &second) != PL_OK) return false;
+    pl_status_t checked_in = pl_service_check_in(dir, "act", first, NULL);
+    pl_status_t in_use = pl_service_check_in(dir, "act", second, NULL); /* while the first lives */
+    pl_status_t destroyed = pl_port_destroy(first);
+    pl_status_t again = pl_service_check_in(dir, "act", second, NULL);
+    pl_status_t look_up = pl_service_look_up(dir, "act", 2000 * MS, &right);
+    if (checked_in != PL_OK || in_use != PL_ERR_NAME_IN_USE || destroyed != PL_OK || again != PL_OK ||
+        look_up != PL_OK) {
+        fprintf(stderr, "activation_after_withdrawal: check-in %s, meanwhile %s, destroy %s, check-in again %s, "
+                "look-up %s\n", pl_status_describe(checked_in), pl_status_describe(in_use),
+                pl_status_describe(destroyed), pl_status_describe(again), pl_status_describe(look_up));
+        return false;
+    }
+    return true;
+}
+
+static void activation_after_withdrawal_body(void) {
+    char dir[] = "/tmp/pl-stress-activation-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK(in_child(activation_after_withdrawal_in_child, dir) == 1);
+    char path[96];
+    snprintf(path, sizeof path, "%s/act", dir);
+    unlink(path);
+    remove_service_dir(dir);
+}
+
 /* Runs a scenario that starts a transport in a process of its own: the transport thread lives as long as its
  * process, which under valgrind would otherwise be this whole program. The child says over a pipe that its body
  * ran to the end, and how: its exit status alone cannot tell, since valgrind exits 1 for the memory a forked
@@ -2085,6 +2128,7 @@ static void scenario_notifications(void) {
 static void scenario_fork_child(void) { run_in_own_process(fork_child_body); }
 static void scenario_fork_while_writing(void) { run_in_own_process(fork_while_writing_body); }
 static void scenario_activation_given_back(void) { run_in_own_process(activation_given_back_body); }
+static void scenario_activation_after_withdrawal(void) { run_in_own_process(activation_after_withdrawal_body); }
 static void scenario_fork_during_connections(void) { run_in_own_process(fork_during_connections_body); }
 static void scenario_destroy_during_check_in(void) { run_in_own_process(destroy_during_check_in_body); }
 static void scenario_fork_during_check_in(void) { run_in_own_process(fork_during_check_in_body); }
@@ -4247,6 +4291,7 @@ int main(int argc, char **argv) {
         { "fork_child", scenario_fork_child },
         { "fork_while_writing", scenario_fork_while_writing },
         { "activation_given_back", scenario_activation_given_back },
+        { "activation_after_withdrawal", scenario_activation_after_withdrawal },
         { "fork_during_connections", scenario_fork_during_connections },
         { "destroy_during_check_in", scenario_destroy_during_check_in },
         { "fork_during_check_in", scenario_fork_during_check_in },
