@@ -166,7 +166,8 @@ bool pl_notify_watches_senders_locked(const pl_port_t *port) {
 /* ---- firing ---------------------------------------------------------------------------------------------- */
 
 pl_notification_t *pl_notify_take_no_senders_locked(pl_port_t *port) {
-    pl_notification_t *taken = NULL;
+    /* Kept in the list's order, newest first, as pl_notify_deliver expects. */
+    pl_notification_t *taken = NULL, **tail = &taken;
     pl_notification_t **link = &port->notifications;
     while (*link != NULL) {
         pl_notification_t *n = *link;
@@ -174,8 +175,9 @@ pl_notification_t *pl_notify_take_no_senders_locked(pl_port_t *port) {
             *link = n->next;
             n->linked = false;
             n->deliver = true;
-            n->next = taken;
-            taken = n;
+            n->next = NULL;
+            *tail = n;
+            tail = &n->next;
         } else {
             link = &n->next;
         }

@@ -2125,6 +2125,37 @@ static void scenario_notifications(void) {
     }
 }
 
+/* Notices of several requests that fire at once come in the order the requests were made (pl_notify_deliver), for
+ * no-senders requests as for dead-name ones. */
+static void scenario_notice_order(void) {
+    enum { REQUESTS = 3 };
+    for (int kind = 0; kind < 2; kind++) {
+        pl_port_t *port = new_port(1), *inbox = new_port(REQUESTS);
+        CHECK_OK(pl_port_make_send(port));
+        pl_notification_t *requests[REQUESTS];
+        for (int i = 0; i < REQUESTS; i++) {
+            if (kind == 0) CHECK_OK(pl_port_request_no_senders(port, 0, inbox, &requests[i]));
+            else CHECK_OK(pl_port_request_dead_name(port, inbox, &requests[i]));
+        }
+        if (kind == 0) CHECK_OK(pl_port_release_send(port)); else CHECK_OK(pl_port_destroy(port));
+        for (int i = 0; i < REQUESTS; i++) {
+            unsigned char buffer[64];
+            pl_received_t header;
+            CHECK_OK(pl_port_receive(inbox, &header, buffer, sizeof buffer, 0));
+            uint64_t id = nt_word(buffer, 2);
+            if (id != pl_notification_id(requests[i])) {
+                fprintf(stderr, "notice_order: %s notice %d is of request %llu, not %llu\n",
+                        kind == 0 ? "no-senders" : "dead-name", i, (unsigned long long)id,
+                        (unsigned long long)pl_notification_id(requests[i]));
+            }
+            CHECK(id == pl_notification_id(requests[i]));
+        }
+        for (int i = 0; i < REQUESTS; i++) pl_notification_release(requests[i]);
+        if (kind == 0) CHECK_OK(pl_port_destroy(port)); else CHECK_OK(pl_port_release_send(port));
+        CHECK_OK(pl_port_destroy(inbox));
+    }
+}
+
 static void scenario_fork_child(void) { run_in_own_process(fork_child_body); }
 static void scenario_fork_while_writing(void) { run_in_own_process(fork_while_writing_body); }
 static void scenario_activation_given_back(void) { run_in_own_process(activation_given_back_body); }
@@ -4287,6 +4318,7 @@ int main(int argc, char **argv) {
         { "descriptors", scenario_descriptors },
         { "handle_wrap", scenario_handle_wrap },
         { "notifications", scenario_notifications },
+        { "notice_order", scenario_notice_order },
         { "send_once_race", scenario_send_once_race },
         { "fork_child", scenario_fork_child },
         { "fork_while_writing", scenario_fork_while_writing },
