@@ -347,7 +347,7 @@ uint64_t pl_port_make_send_count(const pl_port_t *port);
  * its notice (allocated now if need be), so delivering it allocates nothing and cannot fail.
  * @param port    a local port, alive (not a proxy)
  * @param notify  a local port (not a proxy) of the caller's choosing
- * @param out     the request's handle, released with pl_notification_release (which does not cancel it)
+ * @param out     the request's handle, released with pl_notification_release (which cancels it if pending)
  * @return PL_ERR_INVALID_ARG (NULL, or a proxy), PL_ERR_INVALID_NAME (port destroyed), PL_ERR_NO_MEMORY (the
  *  request or its slot: no request exists).
  */
@@ -370,7 +370,8 @@ pl_status_t pl_notification_cancel(pl_notification_t *request);
 /** The request's id, unique in the process: the third word of its notice. */
 uint64_t pl_notification_id(const pl_notification_t *request);
 
-/** Releases the caller's handle; a pending request stays pending. */
+/** Releases the caller's handle, and cancels the request if it has not fired: keep the handle while you want
+ *  the notice. */
 void pl_notification_release(pl_notification_t *request);
 
 /* ------------------------------------------------------------------------------------------------ */

@@ -2154,6 +2154,15 @@ static void scenario_notice_order(void) {
         if (kind == 0) CHECK_OK(pl_port_destroy(port)); else CHECK_OK(pl_port_release_send(port));
         CHECK_OK(pl_port_destroy(inbox));
     }
+    /* Releasing a request's handle cancels it (portloop.h): no notice comes for it, and its slot is given back. */
+    pl_port_t *port = new_port(1), *inbox = new_port(1);
+    pl_notification_t *request;
+    CHECK_OK(pl_port_request_dead_name(port, inbox, &request));
+    pl_notification_release(request);
+    CHECK(inbox->set_aside == 0);
+    CHECK_OK(pl_port_destroy(port));
+    CHECK(pl_port_message_count(inbox) == 0);
+    CHECK_OK(pl_port_destroy(inbox));
 }
 
 static void scenario_fork_child(void) { run_in_own_process(fork_child_body); }
