@@ -4369,7 +4369,7 @@ int main(int argc, char **argv) {
         int failures = atomic_load(&scenario_failures);
         if (failures == 0) passed++; else failed++;
         if (verbose || failures > 0) {
-            printf("  %-4s %-24s %6.0f ms%s\n", failures ? "FAIL" : "ok", scenarios[i].name,
+            printf("  %-4s %-30s %6.0f ms%s\n", failures ? "FAIL" : "ok", scenarios[i].name,
                    (double)(now_ns() - t0) / 1e6, failures ? " (see above)" : "");
         }
     }
