@@ -181,6 +181,15 @@ void pl_service_withdraw(pl_service_t *service) {
     pl_service_close_descriptors(service);
 }
 
+/* Whether a name held by this process may be on its way out (pl_transport_lock_may_be_ours); if so, pauses a
+ * millisecond before the caller looks again. */
+static bool pl_own_withdrawal_pending(pl_lock_wait_t *wait) {
+    if (!pl_transport_lock_may_be_ours(wait)) return false;
+    struct timespec pause = { .tv_sec = 0, .tv_nsec = 1000000 };
+    nanosleep(&pause, NULL);
+    return true;
+}
+
 /* Takes the name's lock and listens on a fresh socket. */
 static pl_status_t pl_listen_on_name(const char *directory, const char *name, pl_service_t *service) {
     struct sockaddr_un address;
@@ -201,9 +210,7 @@ static pl_status_t pl_listen_on_name(const char *directory, const char *name, pl
         /* The holder may be this process, withdrawing the name (the name goes with the service's port at once, the
          * lock a moment later, when the transport closes it), or a child it forked a moment ago, not yet through
          * its fork handler. Otherwise the name is another live service's. */
-        if (!pl_transport_lock_may_be_ours(&wait)) return PL_ERR_NAME_IN_USE;
-        struct timespec pause = { .tv_sec = 0, .tv_nsec = 1000000 };
-        nanosleep(&pause, NULL);
+        if (!pl_own_withdrawal_pending(&wait)) return PL_ERR_NAME_IN_USE;
     }
     /* The lock is ours: whatever socket is there was left by a process that is gone. */
     if (unlink(address.sun_path) != 0 && errno != ENOENT) return pl_system_failure("unlink");
@@ -223,9 +230,7 @@ pl_status_t pl_service_check_in(const char *directory, const char *name, pl_port
     while ((status = pl_activation_fd(name, &activated)) == PL_ERR_NAME_IN_USE) {
         /* Adopted by a service of this process whose port was destroyed: the transport gives it back a moment
          * later, when it withdraws that service. */
-        if (!pl_transport_lock_may_be_ours(&wait)) return status;
-        struct timespec pause = { .tv_sec = 0, .tv_nsec = 1000000 };
-        nanosleep(&pause, NULL);
+        if (!pl_own_withdrawal_pending(&wait)) return status;
     }
     if (status != PL_OK) return status;
     if (activated < 0 && (status = pl_directory_check(directory, true)) != PL_OK) return status;
