@@ -204,6 +204,7 @@ struct pl_conn {
     uint32_t idle_count;
     uint32_t next_handle;
     uint32_t bootstrap_handle;/* a client's: the service port's handle, from the service's HELLO */
+    bool given_up;            /* a client's: its look-up failed and ends it, so no other look-up takes a right on it */
 
     pthread_mutex_t owed_lock;
     pl_export_t *owed_head;

@@ -329,7 +329,7 @@ void pl_service_accepted(pl_service_t *service, pl_pending_socket_t *pending) {
 
 /* A send right to the service port of a live, welcomed connection (the connection's lock held), or NULL. */
 static pl_port_t *pl_bootstrap_right_locked(pl_conn_t *conn) {
-    if (conn->dead || !conn->hello_received || conn->hello_status != PL_HELLO_WELCOME) return NULL;
+    if (conn->dead || conn->given_up || !conn->hello_received || conn->hello_status != PL_HELLO_WELCOME) return NULL;
     pl_port_t *proxy = pl_handle_map_get(&conn->imports, conn->bootstrap_handle);
     if (proxy == NULL || !pl_port_is_alive(proxy)) return NULL; /* withdrawn: look again */
     pl_proxy_revive_locked(conn, proxy);
@@ -428,6 +428,9 @@ pl_status_t pl_service_look_up(const char *directory, const char *name, int64_t 
     } else {
         status = PL_ERR_TIMED_OUT;
     }
+    /* Said under the lock that decided: a hello read after it must not hand another thread's look-up a right on a
+     * connection this one is ending. */
+    if (status != PL_OK) conn->given_up = true;
     pthread_mutex_unlock(&conn->lock);
     if (status != PL_OK) pl_transport_kill(conn, "look-up failed");
     pl_conn_release(conn); /* the transport holds its own */

@@ -2224,6 +2224,143 @@ static void status_queries_body(void) {
 
 static void scenario_status_queries(void) { run_in_own_process(status_queries_body); }
 
+/* ---- look_up_abandoned ------------------------------------------------------------------------------ */
+
+/* A listening socket named `name` in `dir`, played by this test as a service would be. */
+static int fake_service_listen(const char *dir, const char *name) {
+    struct sockaddr_un address = { .sun_family = AF_UNIX };
+    snprintf(address.sun_path, sizeof address.sun_path, "%s/%s", dir, name);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    CHECK(bind(fd, (struct sockaddr *)&address, sizeof address) == 0);
+    CHECK(listen(fd, 8) == 0);
+    return fd;
+}
+
+/* Accepts a client and reads its hello; the service's side of the connection. */
+static int fake_service_accept(int listen_fd) {
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    CHECK(fd >= 0);
+    uint8_t hello[PL_WIRE_HELLO_SIZE + 64];
+    CHECK(recv(fd, hello, sizeof hello, 0) == (ssize_t)PL_WIRE_HELLO_SIZE);
+    return fd;
+}
+
+static void fake_service_welcome(int fd) {
+    uint8_t hello[PL_WIRE_HELLO_SIZE];
+    pl_wire_right_t port = { .kind = PL_RIGHT_SENDERS, .handle = 1, .credits = 2, .max_size = 64 };
+    size_t length = pl_wire_encode_hello(hello, PL_WIRE_VERSION, PL_HELLO_WELCOME, port);
+    CHECK(send(fd, hello, length, 0) == (ssize_t)length);
+}
+
+typedef struct look_up_call {
+    const char *dir, *name;
+    int64_t timeout;
+    pl_port_t *right;
+    pl_status_t status;
+} look_up_call_t;
+
+static void *look_up_body(void *arg) {
+    look_up_call_t *call = arg;
+    call->status = pl_service_look_up(call->dir, call->name, call->timeout, &call->right);
+    return NULL;
+}
+
+/* The connection a look-up of `name` in `dir` would share, retained, or NULL. */
+static pl_conn_t *client_conn_of(const char *dir, const char *name) {
+    char path[108];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return pl_transport_find_client(path);
+}
+
+/* The same, once the look-up that connects has handed its connection to the transport (after the accept). */
+static pl_conn_t *client_conn_added(const char *dir, const char *name) {
+    pl_conn_t *conn;
+    for (int i = 0; (conn = client_conn_of(dir, name)) == NULL && i < 1000; i++) sleep_us(100);
+    CHECK(conn != NULL);
+    return conn;
+}
+
+/* A look-up that gives up ends its connection; a look-up by another thread must not take a right on it in the
+ * moment between the two. The moment is held open: the transport thread is kept busy ending a second connection
+ * whose reader this test plays, and the test reads the late welcome itself, as a set's receiver would. */
+static void look_up_abandoned_body(void) {
+    char dir[] = "/tmp/pl-stress-abandon-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    int svc = fake_service_listen(dir, "svc"), stall = fake_service_listen(dir, "stall");
+
+    look_up_call_t a = { .dir = dir, .name = "svc", .timeout = 1000 * MS };
+    pthread_t a_thread;
+    start_thread(&a_thread, look_up_body, &a);
+    int a_fd = fake_service_accept(svc);
+
+    /* The transport thread stops at the end of the stalled connection, whose reader this test is. */
+    look_up_call_t s = { .dir = dir, .name = "stall", .timeout = 300 * MS };
+    pthread_t s_thread;
+    start_thread(&s_thread, look_up_body, &s);
+    int s_fd = fake_service_accept(stall);
+    pl_conn_t *s_conn = client_conn_added(dir, "stall");
+    if (s_conn == NULL) return;
+    pthread_mutex_lock(&s_conn->read_lock);
+    pthread_join(s_thread, NULL);
+    CHECK_STATUS(s.status, PL_ERR_TIMED_OUT);
+    pl_conn_t *ending;
+    while ((ending = client_conn_of(dir, "stall")) != NULL) { /* marked ending: the transport is in its end */
+        pl_conn_release(ending);
+        sleep_us(1000);
+    }
+
+    /* The first look-up gives up; the welcome comes after, and is read before its connection is ended. */
+    pthread_join(a_thread, NULL);
+    CHECK_STATUS(a.status, PL_ERR_TIMED_OUT);
+    fake_service_welcome(a_fd);
+    pl_conn_t *a_conn = client_conn_added(dir, "svc");
+    if (a_conn == NULL) return;
+    uint8_t *buffer = malloc(PL_FRAME_BUFFER_BYTES);
+    CHECK(buffer != NULL);
+    const char *why = NULL;
+    int taken = 0;
+    pthread_mutex_lock(&a_conn->read_lock);
+    (void)pl_conn_read_socket(a_conn, buffer, PL_READ_BATCH, SIZE_MAX, 1, &why, &taken);
+    pthread_mutex_unlock(&a_conn->read_lock);
+    CHECK(taken == 1);
+    pl_conn_release(a_conn);
+
+    /* Another look-up now: it must connect anew, not take the connection given up. */
+    look_up_call_t b = { .dir = dir, .name = "svc", .timeout = 5000 * MS };
+    pthread_t b_thread;
+    start_thread(&b_thread, look_up_body, &b);
+    sleep_us(20000);
+    pthread_mutex_unlock(&s_conn->read_lock);
+    pl_conn_release(s_conn);
+    struct pollfd waiting = { .fd = svc, .events = POLLIN };
+    int b_fd = -1;
+    if (poll(&waiting, 1, 2000) == 1) {
+        b_fd = fake_service_accept(svc);
+        fake_service_welcome(b_fd);
+    }
+    pthread_join(b_thread, NULL);
+    CHECK_STATUS(b.status, PL_OK);
+    CHECK(b_fd >= 0); /* a connection of its own */
+    if (b.status == PL_OK) {
+        sleep_us(50000); /* the first connection's end, had it been taken */
+        CHECK(pl_port_is_alive(b.right));
+        CHECK_OK(pl_port_release_send(b.right));
+    }
+    free(buffer);
+    if (b_fd >= 0) close(b_fd);
+    close(a_fd);
+    close(s_fd);
+    close(svc);
+    close(stall);
+    char path[96];
+    snprintf(path, sizeof path, "%s/stall", dir);
+    unlink(path);
+    remove_service_dir(dir);
+}
+
+static void scenario_look_up_abandoned(void) { run_in_own_process(look_up_abandoned_body); }
+
 /* ---- shared-memory rings ------------------------------------------------------------------------------ */
 
 /* The two sides of a ring in one process, each with the read end of the other's bell pipe for its bell, and the
@@ -4337,6 +4474,7 @@ int main(int argc, char **argv) {
         { "destroy_during_check_in", scenario_destroy_during_check_in },
         { "fork_during_check_in", scenario_fork_during_check_in },
         { "status_queries", scenario_status_queries },
+        { "look_up_abandoned", scenario_look_up_abandoned },
         { "ring_prepare_again", scenario_ring_prepare_again },
         { "ring_bells", scenario_ring_bells },
         { "ring_reach", scenario_ring_reach },
