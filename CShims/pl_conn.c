@@ -249,6 +249,7 @@ pl_status_t pl_conn_put_frame_parts_locked(pl_conn_t *conn, const uint8_t *head,
     if (conn->out_head == NULL) {
         atomic_store_explicit(&conn->backlogged, false, memory_order_release);
         pthread_cond_broadcast(&conn->writable);
+        if (conn->end_when_sent) pl_transport_kill(conn, "no right left on the connection");
         return PL_OK;
     }
     if (!conn->want_writable && pl_conn_needs_socket_room_locked(conn)) {
@@ -270,6 +271,7 @@ void pl_conn_flush_outgoing(pl_conn_t *conn) {
     }
     bool drained = conn->out_head == NULL;
     if (drained) atomic_store_explicit(&conn->backlogged, false, memory_order_release);
+    if (drained && conn->end_when_sent) pl_transport_kill(conn, "no right left on the connection");
     /* Waiting for room in the ring, not in the socket: the transport stops watching the socket for it. A packet
      * with descriptors that the socket would not take now (a reader flushed, woken by this side's bell): it does. */
     bool needs = pl_conn_needs_socket_room_locked(conn);

@@ -135,6 +135,12 @@ static void pl_proxy_release_now(pl_port_t *port) {
         size_t length = pl_wire_encode_control(frame, PL_FRAME_RELEASE, proxy->handle, credits, transfers);
         pl_conn_put_frame_locked(conn, frame, length, NULL, 0);
     }
+    /* Messages sent before still waiting in the outgoing queue must go first: its end drops the queue. The
+     * connection ends when the queue has drained (pl_conn.c). */
+    if (idle && conn->out_head != NULL) {
+        conn->end_when_sent = true;
+        idle = false;
+    }
     pthread_mutex_unlock(&conn->write_lock);
     if (!unused) return;
     if (idle) pl_transport_kill(conn, "no right left on the connection"); /* a client's connection ends when idle */

@@ -177,6 +177,7 @@ struct pl_conn {
     size_t out_control_bytes; /* the part of out_bytes that is not messages: what a peer that does not read makes
                                * us queue (a message's fragments, up to its whole size, are bounded by credit) */
     bool want_writable;       /* the transport watches for EPOLLOUT */
+    bool end_when_sent;       /* a client's, left with no right: ended once the outgoing queue has gone (pl_proxy.c) */
     int64_t last_put_end;     /* when the last frame was sent or queued */
     uint32_t streak;          /* frames in a row put soon after the one before: a streaming sender's are packed */
     atomic_bool backlogged;   /* out_head != NULL, readable without the write lock */

@@ -4041,6 +4041,111 @@ static void scenario_undone_right_keeps_want_answer(void) {
     hand_conn_close(&h);
 }
 
+/* ---- released_right_keeps_queue ----------------------------------------------------------------- */
+
+/* A client's connection as a look-up makes it, watched by the transport: the peer, at the other end of a socketpair,
+ * plays the service. Its hello (wire `version`) welcomes the client with its port as handle 1, `credits` lent and
+ * `flags` on the right; `right` is a send right to that port's proxy, as the look-up gives. */
+typedef struct hand_client {
+    int pair[2];
+    pl_conn_t *conn;
+    pl_port_t *right;
+} hand_client_t;
+
+static void hand_client_open(hand_client_t *h, uint32_t version, uint32_t credits, uint8_t flags) {
+    memset(h, 0, sizeof *h);
+    CHECK_OK(pl_transport_start());
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, h->pair) == 0);
+    pl_pending_socket_t pending;
+    pl_transport_pending_add(&pending);
+    pending.fd = h->pair[0];
+    h->conn = pl_conn_new(h->pair[0], false);
+    CHECK(h->conn != NULL);
+    pl_conn_write_hello(h->conn, PL_HELLO_WELCOME, (pl_wire_right_t){ 0 });
+    CHECK_OK(pl_transport_add_conn(h->conn, &pending));
+    pl_wire_right_t bootstrap = { .kind = PL_RIGHT_SENDERS, .flags = flags, .handle = 1, .credits = credits,
+                                  .max_size = 1u << 20 };
+    uint8_t hello[PL_WIRE_HELLO_SIZE];
+    size_t length = pl_wire_encode_hello(hello, version, PL_HELLO_WELCOME, bootstrap);
+    CHECK(send(h->pair[1], hello, length, 0) == (ssize_t)length);
+    int64_t deadline = pl_deadline_ns(10000 * MS);
+    pthread_mutex_lock(&h->conn->lock);
+    while (!h->conn->hello_received && !h->conn->dead && pl_now_ns() < deadline) {
+        pl_cond_wait_until(&h->conn->changed, &h->conn->lock, deadline);
+    }
+    pl_port_t *proxy = h->conn->hello_received ? pl_handle_map_get(&h->conn->imports, 1) : NULL;
+    CHECK(proxy != NULL);
+    if (proxy != NULL) {
+        pl_proxy_revive_locked(h->conn, proxy);
+        pl_port_make_send(proxy);
+    }
+    pthread_mutex_unlock(&h->conn->lock);
+    h->right = proxy;
+}
+
+/* What the peer reads until the connection's end (or `ms`): MESSAGE frames that begin a message, and whether a
+ * RELEASE came. Whether the end came is returned. */
+static bool hand_client_read_to_end(hand_client_t *h, int64_t ms, uint32_t *messages, bool *released) {
+    *messages = 0;
+    *released = false;
+    uint8_t *packet = malloc(PL_WIRE_MAX_FRAME);
+    CHECK(packet != NULL);
+    bool ended = false;
+    for (int64_t deadline = now_ns() + ms * MS; packet != NULL && !ended && now_ns() < deadline;) {
+        ssize_t n = recv(h->pair[1], packet, PL_WIRE_MAX_FRAME, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN)) {
+            ended = true;
+        } else if (n < 0) {
+            struct pollfd readable = { .fd = h->pair[1], .events = POLLIN };
+            poll(&readable, 1, 10);
+        }
+        for (size_t at = 0, length; n > 0 && at < (size_t)n; at += length) {
+            length = pl_wire_frame_length(packet + at, (size_t)n - at);
+            pl_wire_frame_t frame;
+            const char *why;
+            bool decoded = length > 0 && pl_wire_decode(packet + at, length, 0, &frame, &why);
+            CHECK(decoded);
+            if (!decoded) break;
+            if (frame.type == PL_FRAME_MESSAGE && frame.u.message.offset == 0) (*messages)++;
+            if (frame.type == PL_FRAME_RELEASE && frame.u.control.handle == 1) *released = true;
+        }
+    }
+    free(packet);
+    return ended;
+}
+
+/* A client sends messages while the service reads slowly, so that some wait in the connection's outgoing queue,
+ * then lets go of its only right. The client's connection ends then (nothing is left on it), but only after what it
+ * queued has gone: every message sent with PL_OK must reach the service, and the RELEASE behind them. */
+static void scenario_released_right_keeps_queue(void) {
+    for (int prompt = 0; prompt < 2; prompt++) {
+        hand_client_t h;
+        hand_client_open(&h, 3, 1000, prompt ? PL_RIGHT_PROMPT : 0);
+        if (h.right == NULL) return;
+        static uint8_t payload[16000];
+        uint32_t sent = 0;
+        /* The service does not read: the socket fills, then the outgoing queue takes the rest. */
+        while (sent < 200 && pl_port_send(h.right, 60, payload, sizeof payload, NULL, 0) == PL_OK) sent++;
+        CHECK(sent > 0 && atomic_load(&h.conn->backlogged));
+        CHECK_OK(pl_port_release_send(h.right));
+        if (!prompt) {
+            /* Idle now; the transport sweeps it after PL_IDLE_PROXY_NS and releases it. */
+            for (int64_t deadline = now_ns() + 5000 * MS; pl_proxy_idle_total() > 0 && now_ns() < deadline;) {
+                sleep_us(10000);
+            }
+        }
+        sleep_us(100000); /* time for the transport to act on the release */
+        uint32_t messages;
+        bool released;
+        bool ended = hand_client_read_to_end(&h, 10000, &messages, &released);
+        if (messages != sent) fprintf(stderr, "  (%s) %u messages sent with PL_OK, %u arrived\n",
+                                      prompt ? "prompt" : "idle", sent, messages);
+        CHECK(messages == sent && released && ended);
+        close(h.pair[1]);
+        pl_conn_release(h.conn);
+    }
+}
+
 /* ---- ring_switch_mid_batch ---------------------------------------------------------------------- */
 
 /* Plays the client's part of the switch up to its RING_START: offers a ring, reads the service's acceptance and
@@ -4493,6 +4598,7 @@ int main(int argc, char **argv) {
         { "ring_switch_mid_batch", scenario_ring_switch_mid_batch },
         { "payload_cache", scenario_payload_cache },
         { "batch_taking", scenario_batch_taking },
+        { "released_right_keeps_queue", scenario_released_right_keeps_queue },
     };
     int passed = 0, failed = 0;
     int64_t start = now_ns();
