@@ -65,7 +65,12 @@ pl_port_t *pl_proxy_import_locked(pl_conn_t *conn, pl_wire_right_t right, bool m
         pl_proxy_revive_locked(conn, port);
         pl_port_make_send(port);
     }
-    if (right.credits > 0) pthread_cond_broadcast(&conn->changed);
+    if (right.credits > 0) {
+        /* Credit the owner owed may be the answer to our WANT, come with a right instead of a CREDIT frame: a
+         * sender out of credit later asks again (a WANT too many only repeats a question the owner holds). */
+        proxy->want_sent = false;
+        pthread_cond_broadcast(&conn->changed);
+    }
     return port;
 }
 

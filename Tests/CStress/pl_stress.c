@@ -4083,6 +4083,18 @@ static void hand_client_open(hand_client_t *h, uint32_t version, uint32_t credit
     h->right = proxy;
 }
 
+static void hand_send_to_client(hand_client_t *h, const uint8_t *packet, size_t length) {
+    CHECK(send(h->pair[1], packet, length, 0) == (ssize_t)length);
+}
+
+/* Ends the connection (the peer closes its end; the transport reads the end) and lets go of it. */
+static void hand_client_close(hand_client_t *h) {
+    close(h->pair[1]);
+    for (int64_t deadline = now_ns() + 5000 * MS; !atomic_load(&h->conn->ended) && now_ns() < deadline;) sleep_us(1000);
+    CHECK(atomic_load(&h->conn->ended));
+    pl_conn_release(h->conn);
+}
+
 /* What the peer reads until the connection's end (or `ms`): MESSAGE frames that begin a message, and whether a
  * RELEASE came. Whether the end came is returned. */
 static bool hand_client_read_to_end(hand_client_t *h, int64_t ms, uint32_t *messages, bool *released) {
@@ -4144,6 +4156,92 @@ static void scenario_released_right_keeps_queue(void) {
         close(h.pair[1]);
         pl_conn_release(h.conn);
     }
+}
+
+/* ---- want_answered_by_right --------------------------------------------------------------------- */
+
+/* Reads what the client sends until a packet holds a frame of `type` (for handle `handle` when a control frame), up
+ * to `ms`: whether one came; *out gets it (a MESSAGE's bytes are not kept). */
+static bool hand_client_await(hand_client_t *h, pl_frame_type_t type, uint32_t handle, int64_t ms,
+                              pl_wire_frame_t *out) {
+    uint8_t packet[PL_WIRE_MAX_FRAME];
+    for (int64_t deadline = now_ns() + ms * MS; now_ns() < deadline;) {
+        ssize_t n = recv(h->pair[1], packet, sizeof packet, MSG_DONTWAIT);
+        if (n <= 0) {
+            if (n == 0 || errno != EAGAIN) return false;
+            struct pollfd readable = { .fd = h->pair[1], .events = POLLIN };
+            poll(&readable, 1, 10);
+            continue;
+        }
+        bool found = false;
+        for (size_t at = 0, length; at < (size_t)n; at += length) {
+            length = pl_wire_frame_length(packet + at, (size_t)n - at);
+            pl_wire_frame_t frame;
+            const char *why;
+            bool decoded = length > 0 && pl_wire_decode(packet + at, length, 0, &frame, &why);
+            CHECK(decoded);
+            if (!decoded) break;
+            bool control = frame.type != PL_FRAME_MESSAGE;
+            if (!found && frame.type == type && (!control || frame.u.control.handle == handle)) {
+                found = true;
+                if (out != NULL) *out = frame;
+            }
+        }
+        if (found) return true;
+    }
+    return false;
+}
+
+static void *proxy_sender_forever(void *raw) {
+    CHECK_OK(pl_port_send(raw, 61, "wait", 4, NULL, PL_TIMEOUT_FOREVER));
+    return NULL;
+}
+
+static void *proxy_sender_3s(void *raw) {
+    CHECK_OK(pl_port_send(raw, 62, "again", 5, NULL, 3000 * MS));
+    return NULL;
+}
+
+/* A sender out of credit asks (WANT) and waits. The owner answers with credit that goes, owed, with a right to the
+ * same port in a message of its (as a service naming its port for the reply does): the credit comes in the right.
+ * It answers the WANT: the next sender out of credit must ask again, not wait for an answer that has come. */
+static void scenario_want_answered_by_right(void) {
+    hand_client_t h;
+    hand_client_open(&h, 3, 1, 0);
+    if (h.right == NULL) return;
+    pl_port_t *local;
+    CHECK_OK(pl_port_create(4, 1024, &local));
+    /* The one credit goes on a message naming a local port: the peer gets a right to it (an export of ours). */
+    CHECK_OK(pl_port_send(h.right, 60, "first", 5, local, 0));
+    pl_wire_frame_t frame;
+    CHECK(hand_client_await(&h, PL_FRAME_MESSAGE, 0, 5000, &frame));
+    uint32_t local_handle = frame.u.message.reply.handle;
+    CHECK(frame.u.message.reply.kind == PL_RIGHT_SENDERS && frame.u.message.reply.credits > 0);
+    /* Out of credit: a sender asks and waits. */
+    pthread_t sender;
+    start_thread(&sender, proxy_sender_forever, h.right);
+    CHECK(hand_client_await(&h, PL_FRAME_WANT, 1, 5000, NULL));
+    /* The answer: one credit, in a right to handle 1 on a message to our port. */
+    uint8_t packet[256];
+    pl_wire_message_t m = { .dest = local_handle, .id = 70,
+                            .reply = { .kind = PL_RIGHT_SENDERS, .handle = 1, .credits = 1, .max_size = 1u << 20 } };
+    hand_send_to_client(&h, packet, pl_wire_encode_message_head(packet, 0, &m, NULL, 0));
+    pthread_join(sender, NULL);
+    CHECK(hand_client_await(&h, PL_FRAME_MESSAGE, 0, 5000, NULL));
+    pl_received_t out;
+    CHECK_OK(pl_port_receive(local, &out, NULL, 0, 5000 * MS));
+    CHECK(out.id == 70 && out.reply == h.right);
+    if (out.reply != NULL) CHECK_OK(pl_port_release_send(out.reply));
+    /* Out of credit again: the next sender asks. */
+    start_thread(&sender, proxy_sender_3s, h.right);
+    bool asked = hand_client_await(&h, PL_FRAME_WANT, 1, 2000, NULL);
+    if (!asked) fprintf(stderr, "  a sender out of credit waits for the answer to a WANT answered already\n");
+    CHECK(asked);
+    if (asked) hand_send_to_client(&h, packet, pl_wire_encode_control(packet, PL_FRAME_CREDIT, 1, 1, 0));
+    pthread_join(sender, NULL);
+    CHECK_OK(pl_port_release_send(h.right));
+    pl_port_destroy(local);
+    hand_client_close(&h);
 }
 
 /* ---- ring_switch_mid_batch ---------------------------------------------------------------------- */
@@ -4599,6 +4697,7 @@ int main(int argc, char **argv) {
         { "payload_cache", scenario_payload_cache },
         { "batch_taking", scenario_batch_taking },
         { "released_right_keeps_queue", scenario_released_right_keeps_queue },
+        { "want_answered_by_right", scenario_want_answered_by_right },
     };
     int passed = 0, failed = 0;
     int64_t start = now_ns();
