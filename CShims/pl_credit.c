@@ -371,7 +371,10 @@ bool pl_credit_released(pl_conn_t *conn, uint32_t handle, uint32_t transfers, ui
         *reason = "release: more rights than sent";
         return false;
     }
-    if (last) pl_export_drop(e);
+    if (last) {
+        pl_export_drop(e);
+        pl_conn_end_if_unused(conn); /* a client's last right may have been this one */
+    }
     return true;
 }
 
@@ -466,7 +469,10 @@ void pl_export_drop_if_unused(pl_conn_t *conn, uint32_t handle) {
         e->released = true;
     }
     pthread_mutex_unlock(&conn->lock);
-    if (unused) pl_export_drop(e);
+    if (unused) {
+        pl_export_drop(e);
+        pl_conn_end_if_unused(conn);
+    }
 }
 
 void pl_conn_unexport_locked(pl_conn_t *conn, const pl_wire_right_t *rights, uint32_t count) {

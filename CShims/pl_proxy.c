@@ -117,6 +117,25 @@ static void pl_proxy_unidle_locked(pl_conn_t *conn, pl_port_t *port) {
 
 void pl_proxy_revive_locked(pl_conn_t *conn, pl_port_t *port) { pl_proxy_unidle_locked(conn, port); }
 
+/* Whether a client's connection holds no right either way (the write lock and the connection's lock held): no
+ * look-up can use it again, its service right gone, so it ends. Messages still in the outgoing queue go first (the
+ * end drops the queue): then it ends once the queue has drained (pl_conn.c), and false is returned. */
+static bool pl_conn_unused_locked(pl_conn_t *conn) {
+    if (conn->accepted || conn->dead || conn->imports.count != 0 || conn->exports.count != 0) return false;
+    if (conn->out_head == NULL) return true;
+    conn->end_when_sent = true;
+    return false;
+}
+
+void pl_conn_end_if_unused(pl_conn_t *conn) {
+    pthread_mutex_lock(&conn->write_lock);
+    pthread_mutex_lock(&conn->lock);
+    bool unused = pl_conn_unused_locked(conn);
+    pthread_mutex_unlock(&conn->lock);
+    pthread_mutex_unlock(&conn->write_lock);
+    if (unused) pl_transport_kill(conn, "no right left on the connection");
+}
+
 /* Tells the owner that this process holds no right for the proxy's handle any more (RELEASE), unless one came
  * back meanwhile (a transfer, a look-up). */
 static void pl_proxy_release_now(pl_port_t *port) {
@@ -133,18 +152,15 @@ static void pl_proxy_release_now(pl_port_t *port) {
         pl_proxy_unlink_locked(conn, port);
         proxy->credits = 0;
     }
-    bool idle = unused && !conn->accepted && conn->imports.count == 0 && conn->exports.count == 0;
     pthread_mutex_unlock(&conn->lock);
+    bool idle = false;
     if (unused) {
         uint8_t frame[PL_WIRE_HEADER_SIZE + 12];
         size_t length = pl_wire_encode_control(frame, PL_FRAME_RELEASE, proxy->handle, credits, transfers);
         pl_conn_put_frame_locked(conn, frame, length, NULL, 0);
-    }
-    /* Messages sent before still waiting in the outgoing queue must go first: its end drops the queue. The
-     * connection ends when the queue has drained (pl_conn.c). */
-    if (idle && conn->out_head != NULL) {
-        conn->end_when_sent = true;
-        idle = false;
+        pthread_mutex_lock(&conn->lock);
+        idle = pl_conn_unused_locked(conn); /* behind the RELEASE, which the end must not drop */
+        pthread_mutex_unlock(&conn->lock);
     }
     pthread_mutex_unlock(&conn->write_lock);
     if (!unused) return;

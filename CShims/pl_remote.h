@@ -421,6 +421,8 @@ void pl_proxy_release_send_once(pl_port_t *proxy);
 void pl_proxy_unused(pl_port_t *proxy);
 /* A proxy gets a send right again (the connection's lock held): it is no longer idle. */
 void pl_proxy_revive_locked(pl_conn_t *conn, pl_port_t *proxy);
+/* Ends a client's connection that holds no right any more, after what waits in its outgoing queue (no lock held). */
+void pl_conn_end_if_unused(pl_conn_t *conn);
 /* Releases the connection's proxies idle since before `cutoff` (the transport thread). */
 void pl_conn_release_idle(pl_conn_t *conn, int64_t cutoff);
 /* Proxies idle in this process: the transport sweeps while there are any. */

@@ -4244,6 +4244,38 @@ static void scenario_want_answered_by_right(void) {
     hand_client_close(&h);
 }
 
+/* ---- unused_client_ends ------------------------------------------------------------------------- */
+
+/* A client names a port of its own in a request (the reply port), then lets go of its right to the service while
+ * the service still holds the reply port's right. When the service lets go of that too (RELEASE), the client's
+ * connection holds nothing: no look-up can use it again (its service right is gone), so it must end, as it does
+ * when the service right goes last. Otherwise every such look-up leaves a connection open on both sides. */
+static void scenario_unused_client_ends(void) {
+    hand_client_t h;
+    hand_client_open(&h, 3, 2, PL_RIGHT_PROMPT);
+    if (h.right == NULL) return;
+    pl_port_t *reply;
+    CHECK_OK(pl_port_create(4, 1024, &reply));
+    CHECK_OK(pl_port_send(h.right, 60, "request", 7, reply, 0));
+    pl_wire_frame_t frame;
+    CHECK(hand_client_await(&h, PL_FRAME_MESSAGE, 0, 5000, &frame));
+    pl_wire_right_t named = frame.u.message.reply;
+    CHECK(named.kind == PL_RIGHT_SENDERS);
+    /* The service right goes (at once: PROMPT); the reply port's export keeps the connection. */
+    CHECK_OK(pl_port_release_send(h.right));
+    CHECK(hand_client_await(&h, PL_FRAME_RELEASE, 1, 5000, NULL));
+    /* The service lets go of the reply port's right: nothing is left on the connection. */
+    uint8_t packet[64];
+    hand_send_to_client(&h, packet, pl_wire_encode_control(packet, PL_FRAME_RELEASE, named.handle, named.credits, 1));
+    uint32_t messages;
+    bool released;
+    bool ended = hand_client_read_to_end(&h, 2000, &messages, &released);
+    if (!ended) fprintf(stderr, "  a client's connection with no right left stays open\n");
+    CHECK(ended);
+    pl_port_destroy(reply);
+    hand_client_close(&h);
+}
+
 /* ---- ring_switch_mid_batch ---------------------------------------------------------------------- */
 
 /* Plays the client's part of the switch up to its RING_START: offers a ring, reads the service's acceptance and
@@ -4698,6 +4730,7 @@ int main(int argc, char **argv) {
         { "batch_taking", scenario_batch_taking },
         { "released_right_keeps_queue", scenario_released_right_keeps_queue },
         { "want_answered_by_right", scenario_want_answered_by_right },
+        { "unused_client_ends", scenario_unused_client_ends },
     };
     int passed = 0, failed = 0;
     int64_t start = now_ns();
