@@ -128,6 +128,7 @@ static bool pl_conn_unused_locked(pl_conn_t *conn) {
 }
 
 void pl_conn_end_if_unused(pl_conn_t *conn) {
+    if (conn->accepted) return; /* set when made: a service's side never ends for this, and takes no lock for it */
     pthread_mutex_lock(&conn->write_lock);
     pthread_mutex_lock(&conn->lock);
     bool unused = pl_conn_unused_locked(conn);
