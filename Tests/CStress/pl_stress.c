@@ -4136,6 +4136,8 @@ static void scenario_released_right_keeps_queue(void) {
         if (h.right == NULL) return;
         static uint8_t payload[16000];
         uint32_t sent = 0;
+        int room = 65536; /* a small socket buffer, whatever the system's default: the queue fills surely */
+        CHECK(setsockopt(h.pair[0], SOL_SOCKET, SO_SNDBUF, &room, sizeof room) == 0);
         /* The service does not read: the socket fills, then the outgoing queue takes the rest. */
         while (sent < 200 && pl_port_send(h.right, 60, payload, sizeof payload, NULL, 0) == PL_OK) sent++;
         CHECK(sent > 0 && atomic_load(&h.conn->backlogged));
