@@ -371,10 +371,11 @@ pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget,
         if (!looked_at && pl_ring_arm(ring)) continue; /* a record came as we armed: its writer may not ring for it */
         /* Woken for nothing in the ring: the socket, then, which holds nothing but the end, or a packet whose mark
          * the peer put in the ring after this side looked (a mark goes in before its packet is sent): the ring
-         * holds it now. A ring still empty means that no mark announced the packet. */
+         * holds it now. A ring still empty means that no mark announced the packet. Likewise the end may follow
+         * records the peer put after this side looked (it puts its last ones, then closes): they are read first. */
         if (read == 0) {
             result = pl_conn_ring_look_at_socket(conn, why);
-            if (result == PL_READ_MORE && !looked_again && pl_ring_pending_bytes(ring) > 0) {
+            if (result != PL_READ_DRAINED && !looked_again && pl_ring_pending_bytes(ring) > 0) {
                 looked_again = true;
                 result = PL_READ_DRAINED;
                 continue;

@@ -4483,6 +4483,91 @@ static void ring_switch_mid_batch_body(void) {
  * earlier scenario would then watch this connection, which it does not own. */
 static void scenario_ring_switch_mid_batch(void) { run_in_own_process(ring_switch_mid_batch_body); }
 
+/* ---- ring_end_after_records --------------------------------------------------------------------------- */
+/* The end is seen after the peer's last records: a reader that found its ring empty, and then the socket ended,
+ * must look at the ring again, since the peer may have put its last records between the two looks (it puts them,
+ * then closes). Here the reader is held between the two by userfaultfd: the first page of its mapping of the ring
+ * (the shared indices) is write-protected, and its done with the pass, which answers the peer's writer that waited
+ * for room, writes there. A lookout is registered meanwhile, so the reader does not arm the ring (an arm looks at
+ * the tail, and would find the record) and goes straight to the socket. Skipped where userfaultfd cannot
+ * write-protect shared memory. */
+
+typedef struct {
+    hand_conn_t *h;
+    pl_read_result_t result;
+    const char *why;
+} end_reader_t;
+
+static void *end_reader_body(void *arg) {
+    end_reader_t *r = arg;
+    r->result = pl_conn_read_ring(r->h->conn, r->h->buffer, PL_READ_BATCH, SIZE_MAX, &r->why);
+    return NULL;
+}
+
+static void ring_end_after_records_body(void) {
+    pl_set_shared_rings(PL_RINGS_WHEN_BUSY);
+    hand_conn_t h;
+    uint8_t *packet;
+    pl_ring_t *ring = hand_open_to_switch(&h, &packet);
+    const char *why = NULL;
+    hand_send_ring_start(&h);
+    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED && h.conn->ring_reading);
+    hand_ring_put(ring, packet, hand_fragment(packet, 7, 100, 0, 100, false));
+    CHECK(hand_read_ring(&h, &why) == PL_READ_DRAINED);
+    hand_expect(&h, 7, 100);
+
+    /* The reader's mapping: the first field of its ring (pl_ring.c), as RING_TAIL and the rest assume its layout. */
+    uint8_t *map = *(uint8_t **)h.conn->ring;
+    int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+    struct uffdio_api api = { .api = UFFD_API, .features = UFFD_FEATURE_WP_HUGETLBFS_SHMEM };
+    struct uffdio_register reg = { .range = { (uintptr_t)map, 4096 }, .mode = UFFDIO_REGISTER_MODE_WP };
+    if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) != 0 || ioctl(uffd, UFFDIO_REGISTER, &reg) != 0) {
+        if (uffd >= 0) close(uffd);
+        hand_conn_close(&h);
+        pl_ring_free(ring);
+        free(packet);
+        return; /* nothing to show here */
+    }
+    *(_Atomic uint32_t *)(map + RING_WAITING(0)) = 1; /* the peer's writer waits for room */
+    atomic_store(&h.conn->lookers, 1);
+    struct uffdio_writeprotect protect = { .range = { (uintptr_t)map, 4096 }, .mode = UFFDIO_WRITEPROTECT_MODE_WP };
+    CHECK(ioctl(uffd, UFFDIO_WRITEPROTECT, &protect) == 0);
+
+    end_reader_t r = { .h = &h };
+    pthread_t reader;
+    CHECK(pthread_create(&reader, NULL, end_reader_body, &r) == 0);
+    struct pollfd fault = { .fd = uffd, .events = POLLIN };
+    CHECK(poll(&fault, 1, 5000) == 1); /* the reader found the ring empty, and answers the waiting writer */
+    struct uffd_msg msg;
+    CHECK(read(uffd, &msg, sizeof msg) == (ssize_t)sizeof msg && msg.event == UFFD_EVENT_PAGEFAULT &&
+          (msg.arg.pagefault.flags & UFFD_PAGEFAULT_FLAG_WP) != 0);
+    /* The peer's last message, then its end. */
+    hand_ring_put(ring, packet, hand_fragment(packet, 8, 100, 0, 100, false));
+    CHECK(shutdown(h.pair[1], SHUT_WR) == 0);
+    protect.mode = 0;
+    CHECK(ioctl(uffd, UFFDIO_WRITEPROTECT, &protect) == 0);
+    pthread_join(reader, NULL);
+    atomic_store(&h.conn->lookers, 0);
+    close(uffd);
+
+    pl_read_result_t result = r.result;
+    if (result != PL_READ_ENDED) result = hand_read_ring(&h, &why);
+    CHECK(result == PL_READ_ENDED);
+    pl_received_t out;
+    pl_payload_t payload;
+    bool delivered = pl_port_receive_payload(h.port, &out, &payload, 0) == PL_OK;
+    if (!delivered) fprintf(stderr, "ring_end_after_records: the last record, put before the end, was lost\n");
+    CHECK(delivered && out.id == 8 && out.size == 100);
+    if (delivered) pl_payload_free(&payload);
+    hand_expect_nothing(&h);
+
+    hand_conn_close(&h);
+    pl_ring_free(ring);
+    free(packet);
+}
+
+static void scenario_ring_end_after_records(void) { run_in_own_process(ring_end_after_records_body); }
+
 /* ---- payload_cache ------------------------------------------------------------------------------ */
 
 /* Takes and gives buffers of 64 KiB to 256 KiB, marking both ends with its own byte and checking them after a
@@ -4728,6 +4813,7 @@ int main(int argc, char **argv) {
         { "reclaim_crossed_by_release", scenario_reclaim_crossed_by_release },
         { "undone_right_keeps_want_answer", scenario_undone_right_keeps_want_answer },
         { "ring_switch_mid_batch", scenario_ring_switch_mid_batch },
+        { "ring_end_after_records", scenario_ring_end_after_records },
         { "payload_cache", scenario_payload_cache },
         { "batch_taking", scenario_batch_taking },
         { "released_right_keeps_queue", scenario_released_right_keeps_queue },
