@@ -524,8 +524,14 @@ pl_read_result_t pl_conn_read_socket(pl_conn_t *conn, uint8_t *buffer, int budge
             if (batch[k].msg_len == 0) {
                 /* The end of the stream (an empty packet is never a frame), or an empty packet that a peer sent,
                  * perhaps with descriptors: closed with the rest. */
-                *why = "the peer closed the connection";
                 pl_close_packets_fds(batch, k, n);
+                if (!by_ring && conn->ring_reading) {
+                    /* Behind the switch to the ring in this batch: the records the peer put before it closed come
+                     * first. The end stays in the socket, where the ring's reader finds it once they are read. */
+                    conn->packets_read += (uint64_t)k;
+                    return PL_READ_DRAINED;
+                }
+                *why = "the peer closed the connection";
                 return PL_READ_ENDED;
             }
             /* Behind the frame that switched to the ring in this batch: the peer sent this packet behind a mark,

@@ -4568,6 +4568,53 @@ static void ring_end_after_records_body(void) {
 
 static void scenario_ring_end_after_records(void) { run_in_own_process(ring_end_after_records_body); }
 
+/* ---- ring_end_behind_switch ---------------------------------------------------------------------------- */
+/* A peer that switches and ends at once: RING_START on the socket, its last messages in the ring, then its end. A
+ * reader that takes several packets a system call gets the switch frame and the end in one batch (recvmmsg reports
+ * the end as an empty packet, again and again to the batch's end); the ring's records, put before the end, are
+ * read first, and the end is seen after them. Read in batches, as the transport and the sets do, and a packet at a
+ * time. */
+static void ring_end_behind_switch(int batch) {
+    hand_conn_t h;
+    uint8_t *packet;
+    pl_ring_t *ring = hand_open_to_switch(&h, &packet);
+    const char *why = NULL;
+    hand_send_ring_start(&h);
+    hand_ring_put(ring, packet, hand_fragment(packet, 7, 100, 0, 100, false));
+    hand_ring_put(ring, packet, hand_fragment(packet, 8, 200, 0, 200, false));
+    CHECK(shutdown(h.pair[1], SHUT_WR) == 0);
+
+    pl_read_result_t result = PL_READ_MORE;
+    for (int turns = 0; turns < 8 && result != PL_READ_ENDED; turns++) {
+        if (!h.conn->ring_reading) {
+            int taken;
+            result = pl_conn_read_socket(h.conn, h.buffer, PL_READ_BATCH, SIZE_MAX, batch, &why, &taken);
+        } else {
+            result = pl_conn_read_frames(h.conn, h.buffer, PL_READ_BATCH, SIZE_MAX, &why);
+        }
+    }
+    CHECK(result == PL_READ_ENDED && why != NULL && strstr(why, "closed") != NULL);
+    uint32_t count = pl_port_message_count(h.port);
+    if (count != 2) fprintf(stderr, "ring_end_behind_switch (batch %d): %u of the ring's 2 records\n", batch, count);
+    CHECK(count == 2);
+    if (count == 2) {
+        hand_expect(&h, 7, 100);
+        hand_expect(&h, 8, 200);
+    }
+    hand_expect_nothing(&h);
+    hand_conn_close(&h);
+    pl_ring_free(ring);
+    free(packet);
+}
+
+static void ring_end_behind_switch_body(void) {
+    pl_set_shared_rings(PL_RINGS_WHEN_BUSY);
+    ring_end_behind_switch(1);
+    ring_end_behind_switch(PL_READ_BATCH);
+}
+
+static void scenario_ring_end_behind_switch(void) { run_in_own_process(ring_end_behind_switch_body); }
+
 /* ---- payload_cache ------------------------------------------------------------------------------ */
 
 /* Takes and gives buffers of 64 KiB to 256 KiB, marking both ends with its own byte and checking them after a
@@ -4814,6 +4861,7 @@ int main(int argc, char **argv) {
         { "undone_right_keeps_want_answer", scenario_undone_right_keeps_want_answer },
         { "ring_switch_mid_batch", scenario_ring_switch_mid_batch },
         { "ring_end_after_records", scenario_ring_end_after_records },
+        { "ring_end_behind_switch", scenario_ring_end_behind_switch },
         { "payload_cache", scenario_payload_cache },
         { "batch_taking", scenario_batch_taking },
         { "released_right_keeps_queue", scenario_released_right_keeps_queue },
