@@ -123,6 +123,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -138,6 +139,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <linux/userfaultfd.h>
 #include <unistd.h>
 
 /* ---- checks ------------------------------------------------------------------------------------ */
