@@ -2961,6 +2961,98 @@ static void scenario_ring_stuck_bell(void) {
     pl_ring_free(p.client);
 }
 
+/* ---- ring_bell_held ------------------------------------------------------------------------------------ */
+/* Every operation on a pipe takes the pipe's mutex, O_NONBLOCK and SPLICE_F_NONBLOCK or not, and the kernel holds it
+ * while it copies a read's bytes to, or a write's from, the caller's memory. A peer holding an end of a pipe a side
+ * rings or empties can hold that mutex for as long as it likes: its buffer a page whose fault it never serves
+ * (userfaultfd here; a FUSE file mapped does the same without privileges). A ring (under a connection's write or
+ * read lock) or an emptying of a bell (under its read lock) must not wait for it. The peer is a thread here, as
+ * the kernel cannot tell; skipped where userfaultfd is refused. */
+
+typedef struct {
+    pl_ring_t *ring;
+    int fd;             /* the peer's read end of the pipe */
+    bool empties;       /* this side empties its bell (its 256th arm), or rings */
+    uint8_t *page;      /* registered with userfaultfd: its first touch waits until it is served */
+    atomic_bool done;
+} held_bell_t;
+
+static void *held_bell_peer(void *arg) {
+    held_bell_t *h = arg;
+    ssize_t n = read(h->fd, h->page, 1);
+    (void)n;
+    return NULL;
+}
+
+static void *held_bell_this_side(void *arg) {
+    held_bell_t *h = arg;
+    if (h->empties) {
+        pl_ring_arm(h->ring); /* the 256th: it empties the bell */
+    } else {
+        pl_ring_done_reading(h->ring); /* the peer's writer waits for room: it rings */
+    }
+    atomic_store(&h->done, true);
+    return NULL;
+}
+
+/* The peer holds the mutex of the pipe behind `fd` (its fault pending), then this side rings or empties; whether
+ * that returned within a second. The fault is served afterwards, whatever happened, so that nothing stays stuck. */
+static bool held_bell_returns(held_bell_t *h) {
+    int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+    struct uffdio_api api = { .api = UFFD_API };
+    if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) != 0) {
+        if (uffd >= 0) close(uffd);
+        return true; /* no userfaultfd here: nothing to show */
+    }
+    h->page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(h->page != MAP_FAILED);
+    struct uffdio_register reg = { .range = { (uintptr_t)h->page, 4096 }, .mode = UFFDIO_REGISTER_MODE_MISSING };
+    CHECK(ioctl(uffd, UFFDIO_REGISTER, &reg) == 0);
+    pthread_t peer, side;
+    CHECK(pthread_create(&peer, NULL, held_bell_peer, h) == 0);
+    struct pollfd fault = { .fd = uffd, .events = POLLIN };
+    CHECK(poll(&fault, 1, 5000) == 1); /* the peer is in the pipe's copy, its mutex held */
+    struct uffd_msg msg;
+    CHECK(read(uffd, &msg, sizeof msg) == (ssize_t)sizeof msg && msg.event == UFFD_EVENT_PAGEFAULT);
+    atomic_store(&h->done, false);
+    CHECK(pthread_create(&side, NULL, held_bell_this_side, h) == 0);
+    for (int i = 0; i < 100 && !atomic_load(&h->done); i++) usleep(10000);
+    bool returned = atomic_load(&h->done);
+    struct uffdio_zeropage zero = { .range = { (uintptr_t)h->page, 4096 } };
+    CHECK(ioctl(uffd, UFFDIO_ZEROPAGE, &zero) == 0);
+    pthread_join(peer, NULL);
+    pthread_join(side, NULL);
+    munmap(h->page, 4096);
+    close(uffd);
+    return returned;
+}
+
+static void scenario_ring_bell_held(void) {
+    ring_pair_t p;
+    ring_pair_open(&p);
+    /* A ring: the peer reads, through its read end of this side's pipe, the byte of an earlier ring. */
+    *ring_word(&p, RING_WAITING(1)) = 1;
+    pl_ring_done_reading(p.client);
+    CHECK(ring_bell_bytes(p.service) == 1);
+    held_bell_t h = { .ring = p.client, .fd = pl_ring_bell(p.service), .empties = false };
+    *ring_word(&p, RING_WAITING(1)) = 1;
+    bool rang = held_bell_returns(&h);
+    if (!rang) fprintf(stderr, "ring_bell_held: a ring waited for the peer's read\n");
+    CHECK(rang);
+
+    /* An emptying: the peer writes into its own pipe, whose read end is this side's bell (the peer's copy of that
+     * read end stands in for the write end here: either holds the same mutex), as this side's 256th arm empties it. */
+    for (int arms = 1; arms < RING_DRAIN_EVERY; arms++) pl_ring_arm(p.client);
+    *ring_word(&p, RING_WAITING(0)) = 1;
+    pl_ring_done_reading(p.service);
+    CHECK(ring_bell_bytes(p.client) == 1);
+    h = (held_bell_t){ .ring = p.client, .fd = pl_ring_bell(p.client), .empties = true };
+    bool emptied = held_bell_returns(&h);
+    if (!emptied) fprintf(stderr, "ring_bell_held: an emptying of the bell waited for the peer's read\n");
+    CHECK(emptied);
+    ring_pair_close(&p);
+}
+
 /* ---- ring_fork_stream ---------------------------------------------------------------------------------- */
 /* A child process writes 200,000 records through a ring, the parent reads them: marks and packets of 8 to 65,536
  * bytes, each checked. Each side sleeps on its bell (the reader when empty and armed, the writer when full): a lost
@@ -4851,6 +4943,7 @@ int main(int argc, char **argv) {
         { "ring_reach", scenario_ring_reach },
         { "ring_hostile", scenario_ring_hostile },
         { "ring_stuck_bell", scenario_ring_stuck_bell },
+        { "ring_bell_held", scenario_ring_bell_held },
         { "ring_fork_stream", scenario_ring_fork_stream },
         { "ring_stream_to_set", scenario_ring_stream_to_set },
         { "senders_to_checked_in_port", scenario_senders_to_checked_in_port },
