@@ -1806,9 +1806,9 @@ static void fork_during_connections_body(void) {
     remove_service_dir(dir);
 }
 
-/* In a child (it changes the environment and descriptor 3): a socket passed as systemd passes one, whose first
- * check-in fails (its port is dead), is still there for the next, which adopts it. */
-static bool activation_given_back_in_child(const char *dir) {
+/* Passes this process a listening socket "act" in `dir` as systemd does: descriptor 3, LISTEN_PID, LISTEN_FDS and
+ * LISTEN_FDNAMES (in a child: it changes the environment and descriptor 3). */
+static bool activation_pass_socket(const char *dir) {
     struct sockaddr_un address = { .sun_family = AF_UNIX };
     snprintf(address.sun_path, sizeof address.sun_path, "%s/act", dir);
     int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
@@ -1819,6 +1819,13 @@ static bool activation_given_back_in_child(const char *dir) {
     setenv("LISTEN_PID", pid, 1);
     setenv("LISTEN_FDS", "1", 1);
     setenv("LISTEN_FDNAMES", "act", 1);
+    return true;
+}
+
+/* In a child (it changes the environment and descriptor 3): a socket passed as systemd passes one, whose first
+ * check-in fails (its port is dead), is still there for the next, which adopts it. */
+static bool activation_given_back_in_child(const char *dir) {
+    if (!activation_pass_socket(dir)) return false;
     pl_port_t *dead, *live, *right = NULL;
     if (pl_port_create(8, 64, &dead) != PL_OK || pl_port_make_send(dead) != PL_OK || pl_port_destroy(dead) != PL_OK) {
         return false;
@@ -1837,32 +1844,26 @@ static bool activation_given_back_in_child(const char *dir) {
     return true;
 }
 
-static void activation_given_back_body(void) {
+/* Runs `in_child_body` in a child with a namespace of its own, which it leaves clean. */
+static void activation_in_child(bool (*in_child_body)(const char *dir)) {
     char dir[] = "/tmp/pl-stress-activation-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
-    CHECK(in_child(activation_given_back_in_child, dir) == 1);
+    CHECK(in_child(in_child_body, dir) == 1);
     char path[96];
     snprintf(path, sizeof path, "%s/act", dir);
     unlink(path);
     remove_service_dir(dir);
 }
 
+static void activation_given_back_body(void) { activation_in_child(activation_given_back_in_child); }
+
 /* In a child (it changes the environment and descriptor 3): a socket passed as systemd passes one, which systemd
  * keeps a copy of, adopted by a check-in whose port is then destroyed. The name is systemd's still: the next
  * check-in of it in this process adopts the same socket again, and a look-up is answered. */
 static bool activation_after_withdrawal_in_child(const char *dir) {
-    struct sockaddr_un address = { .sun_family = AF_UNIX };
-    snprintf(address.sun_path, sizeof address.sun_path, "%s/act", dir);
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&address, sizeof address) != 0 || listen(fd, 8) != 0) return false;
-    if (fd != 3 && (dup2(fd, 3) != 3 || close(fd) != 0)) return false;
+    if (!activation_pass_socket(dir)) return false;
     int manager = dup(3); /* systemd's own copy of the listening socket */
     if (manager < 0) return false;
-    char pid[16];
-    snprintf(pid, sizeof pid, "%d", (int)getpid());
-    setenv("LISTEN_PID", pid, 1);
-    setenv("LISTEN_FDS", "1", 1);
-    setenv("LISTEN_FDNAMES", "act", 1);
     pl_port_t *first, *second, *right = NULL;
     if (pl_port_create(8, 64, &first) != PL_OK || pl_port_create(8, 64, &second) != PL_OK) return false;
     pl_status_t checked_in = pl_service_check_in(dir, "act", first, NULL);
@@ -1880,15 +1881,7 @@ static bool activation_after_withdrawal_in_child(const char *dir) {
     return true;
 }
 
-static void activation_after_withdrawal_body(void) {
-    char dir[] = "/tmp/pl-stress-activation-XXXXXX";
-    CHECK(mkdtemp(dir) != NULL);
-    CHECK(in_child(activation_after_withdrawal_in_child, dir) == 1);
-    char path[96];
-    snprintf(path, sizeof path, "%s/act", dir);
-    unlink(path);
-    remove_service_dir(dir);
-}
+static void activation_after_withdrawal_body(void) { activation_in_child(activation_after_withdrawal_in_child); }
 
 /* Runs a scenario that starts a transport in a process of its own: the transport thread lives as long as its
  * process, which under valgrind would otherwise be this whole program. The child says over a pipe that its body
