@@ -129,6 +129,12 @@ static bool pl_conn_unused_locked(pl_conn_t *conn) {
 
 void pl_conn_end_if_unused(pl_conn_t *conn) {
     if (conn->accepted) return; /* set when made: a service's side never ends for this, and takes no lock for it */
+    /* Most often the client still holds the service's right (a reply port's release, request after request): one
+     * look under the connection's lock says so, without the write lock. */
+    pthread_mutex_lock(&conn->lock);
+    bool holds = conn->imports.count != 0 || conn->exports.count != 0;
+    pthread_mutex_unlock(&conn->lock);
+    if (holds) return;
     pthread_mutex_lock(&conn->write_lock);
     pthread_mutex_lock(&conn->lock);
     bool unused = pl_conn_unused_locked(conn);
