@@ -4234,7 +4234,7 @@ static bool hand_client_read_to_end(hand_client_t *h, int64_t ms, uint32_t *mess
 /* A client sends messages while the service reads slowly, so that some wait in the connection's outgoing queue,
  * then lets go of its only right. The client's connection ends then (nothing is left on it), but only after what it
  * queued has gone: every message sent with PL_OK must reach the service, and the RELEASE behind them. */
-static void scenario_released_right_keeps_queue(void) {
+static void released_right_keeps_queue_body(void) {
     for (int prompt = 0; prompt < 2; prompt++) {
         hand_client_t h;
         hand_client_open(&h, 3, 1000, prompt ? PL_RIGHT_PROMPT : 0);
@@ -4264,6 +4264,8 @@ static void scenario_released_right_keeps_queue(void) {
         pl_conn_release(h.conn);
     }
 }
+
+static void scenario_released_right_keeps_queue(void) { run_in_own_process(released_right_keeps_queue_body); }
 
 /* ---- want_answered_by_right --------------------------------------------------------------------- */
 
@@ -4312,7 +4314,7 @@ static void *proxy_sender_3s(void *raw) {
 /* A sender out of credit asks (WANT) and waits. The owner answers with credit that goes, owed, with a right to the
  * same port in a message of its (as a service naming its port for the reply does): the credit comes in the right.
  * It answers the WANT: the next sender out of credit must ask again, not wait for an answer that has come. */
-static void scenario_want_answered_by_right(void) {
+static void want_answered_by_right_body(void) {
     hand_client_t h;
     hand_client_open(&h, 3, 1, 0);
     if (h.right == NULL) return;
@@ -4351,13 +4353,15 @@ static void scenario_want_answered_by_right(void) {
     hand_client_close(&h);
 }
 
+static void scenario_want_answered_by_right(void) { run_in_own_process(want_answered_by_right_body); }
+
 /* ---- unused_client_ends ------------------------------------------------------------------------- */
 
 /* A client names a port of its own in a request (the reply port), then lets go of its right to the service while
  * the service still holds the reply port's right. When the service lets go of that too (RELEASE), the client's
  * connection holds nothing: no look-up can use it again (its service right is gone), so it must end, as it does
  * when the service right goes last. Otherwise every such look-up leaves a connection open on both sides. */
-static void scenario_unused_client_ends(void) {
+static void unused_client_ends_body(void) {
     hand_client_t h;
     hand_client_open(&h, 3, 2, PL_RIGHT_PROMPT);
     if (h.right == NULL) return;
@@ -4382,6 +4386,8 @@ static void scenario_unused_client_ends(void) {
     pl_port_destroy(reply);
     hand_client_close(&h);
 }
+
+static void scenario_unused_client_ends(void) { run_in_own_process(unused_client_ends_body); }
 
 /* ---- ring_switch_mid_batch ---------------------------------------------------------------------- */
 
