@@ -529,6 +529,10 @@ pl_status_t pl_transport_add_service(pl_service_t *service) {
     return status;
 }
 
+/* Set when a wait for room found no descriptor to watch with: the transport then looks, a tenth of a second
+ * apart, at the connections left so (want_writable, no out_fd), until each is watched or drained. */
+static atomic_bool pl_room_unwatched;
+
 /* Room to write is watched on a duplicate of the socket: an exclusive watch cannot be modified (EPOLL_CTL_MOD),
  * and a second watch of the same descriptor is refused. write_lock held: the descriptor is open. */
 void pl_transport_want_writable(pl_conn_t *conn) {
@@ -536,9 +540,9 @@ void pl_transport_want_writable(pl_conn_t *conn) {
     PL_WHILE_FORK_WAITS(&conn->out_fd, fcntl(conn->fd, F_DUPFD_CLOEXEC, 0));
     struct epoll_event event = { .events = EPOLLOUT, .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN_OUT };
     if (conn->out_fd < 0 || epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, conn->out_fd, &event) != 0) {
-        /* No descriptor to watch with: the transport looks again at its next wake-up (a second at most). */
+        /* No descriptor to watch with: the transport, woken to take up its tenth-second looks, tries again. */
         pl_transport_close_descriptor(&conn->out_fd);
-        pl_transport_read(conn);
+        if (!atomic_exchange_explicit(&pl_room_unwatched, true, memory_order_seq_cst)) pl_transport_read(conn);
     }
 }
 
@@ -949,6 +953,37 @@ static void pl_sweep_idle_proxies(void) {
     free(conns);
 }
 
+/* Sends what waits on connections whose watch for room could not be made, and tries the watch again (see
+ * pl_room_unwatched), at most once a second's tenth. */
+static void pl_watch_room_again(int64_t now) {
+    static int64_t last_look;
+    if (!atomic_load_explicit(&pl_room_unwatched, memory_order_seq_cst) || now - last_look < 100000000LL) return;
+    last_look = now;
+    atomic_store_explicit(&pl_room_unwatched, false, memory_order_seq_cst); /* a failure from here on sets it */
+    uint32_t taken = 0;
+    pl_conn_t **conns = pl_retain_conns(&taken);
+    if (conns == NULL && taken == 0) {
+        pthread_mutex_lock(&T.lock);
+        bool any = T.conns != NULL;
+        pthread_mutex_unlock(&T.lock);
+        if (any) atomic_store_explicit(&pl_room_unwatched, true, memory_order_seq_cst); /* no memory: later */
+    }
+    for (uint32_t i = 0; i < taken; i++) {
+        pl_conn_t *conn = conns[i];
+        pthread_mutex_lock(&conn->write_lock);
+        bool unwatched = conn->want_writable && conn->out_fd < 0;
+        pthread_mutex_unlock(&conn->write_lock);
+        if (unwatched) {
+            pl_conn_flush_outgoing(conn); /* what the socket takes now; a drained queue wants no watch */
+            pthread_mutex_lock(&conn->write_lock);
+            if (conn->want_writable && conn->fd >= 0) pl_transport_want_writable(conn);
+            pthread_mutex_unlock(&conn->write_lock);
+        }
+        pl_conn_release(conn);
+    }
+    free(conns);
+}
+
 static void *pl_transport_main(void *unused) {
     (void)unused;
     pl_thread_set_name("portloop-ipc");
@@ -958,7 +993,8 @@ static void *pl_transport_main(void *unused) {
     int rest = -1;
     for (;;) {
         int sweep = pl_sweep_timeout(timed_out);
-        int timeout = pl_paused_count > 0 ? 100 : sweep;
+        bool looks = pl_paused_count > 0 || atomic_load_explicit(&pl_room_unwatched, memory_order_relaxed);
+        int timeout = looks && (sweep < 0 || sweep > 100) ? 100 : sweep;
         /* A wait cut short for a rest is not the sweep's: the sweep stays armed (see pl_sweep_timeout). */
         bool for_rest = rest >= 0 && (timeout < 0 || rest < timeout);
         if (for_rest) timeout = rest;
@@ -966,6 +1002,7 @@ static void *pl_transport_main(void *unused) {
         timed_out = n == 0 && !for_rest;
         int64_t now = pl_now_ns();
         pl_resume_listeners();
+        pl_watch_room_again(now);
         pl_sweep_idle_proxies();
         for (int i = 0; i < n; i++) {
             uint64_t data = events[i].data.u64;

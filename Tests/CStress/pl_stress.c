@@ -113,6 +113,8 @@
  *   activation_after_withdrawal  a socket systemd passed outlives its service's port: the name is checked in again
  *   look_up_abandoned        a look-up that gives up ends its connection; another thread's look-up in that moment
  *                            connects anew instead of taking a right that dies at once
+ *   room_watch_without_descriptor  a message queued behind a full socket while descriptors are used up (no
+ *                            duplicate to watch for room with) leaves once room and descriptors are back
  *   ring_bell_held           (run only when named; fails) a peer that holds a bell pipe's lock, its page fault
  *                            unserved, makes this side's ring or emptying of that bell wait: see TheWire.md, "Bells"
  *
@@ -4389,6 +4391,62 @@ static void unused_client_ends_body(void) {
 
 static void scenario_unused_client_ends(void) { run_in_own_process(unused_client_ends_body); }
 
+/* ---- room_watch_without_descriptor ------------------------------------------------------------- */
+
+/* A message queued behind a full socket is sent when the transport finds room, watched on a duplicate of the
+ * socket. With descriptors used up, the duplicate cannot be made: the transport must still send the message once
+ * room and descriptors are back, instead of leaving it (and the senders waiting for room behind it) for ever. */
+static void room_watch_without_descriptor_body(void) {
+    hand_client_t h;
+    hand_client_open(&h, 3, 1000, 0);
+    if (h.right == NULL) return;
+    /* The peer does not read: filler packets (not frames; the peer skips them) fill the socket. */
+    static uint8_t filler[4096];
+    memset(filler, 0xee, sizeof filler);
+    int filled = 0;
+    while (send(h.pair[0], filler, sizeof filler, MSG_DONTWAIT) == (ssize_t)sizeof filler) filled++;
+    CHECK(filled > 0 && errno == EAGAIN);
+    /* Every descriptor in use: the message queues, and its watch for room finds no descriptor to watch with. */
+    struct rlimit saved, low;
+    CHECK(getrlimit(RLIMIT_NOFILE, &saved) == 0);
+    low = saved;
+    low.rlim_cur = (rlim_t)open_descriptors() + 16;
+    CHECK(low.rlim_cur <= saved.rlim_cur && setrlimit(RLIMIT_NOFILE, &low) == 0);
+    enum { HELD = 64 };
+    int held[HELD], n = 0;
+    while (n < HELD && (held[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) n++;
+    CHECK(n < HELD);
+    CHECK_OK(pl_port_send(h.right, 60, "queued", 6, NULL, 0));
+    CHECK(atomic_load(&h.conn->backlogged) && h.conn->out_fd < 0);
+    sleep_us(50000); /* the transport tries its watch, and fails */
+    for (int i = 0; i < n; i++) close(held[i]);
+    CHECK(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+    /* Room and descriptors are back: the message must come. */
+    uint8_t packet[8192];
+    bool arrived = false;
+    for (int64_t deadline = now_ns() + 3000 * MS; !arrived && now_ns() < deadline;) {
+        ssize_t got = recv(h.pair[1], packet, sizeof packet, MSG_DONTWAIT);
+        if (got < 0) {
+            struct pollfd readable = { .fd = h.pair[1], .events = POLLIN };
+            poll(&readable, 1, 10);
+            continue;
+        }
+        if (got == 0) break;
+        if (packet[0] == 0xee) continue;
+        pl_wire_frame_t frame;
+        const char *why;
+        size_t length = pl_wire_frame_length(packet, (size_t)got);
+        arrived = length > 0 && pl_wire_decode(packet, length, 0, &frame, &why) && frame.type == PL_FRAME_MESSAGE &&
+                  frame.u.message.id == 60;
+    }
+    if (!arrived) fprintf(stderr, "  a message queued while descriptors were short never left (backlogged %d)\n",
+                          (int)atomic_load(&h.conn->backlogged));
+    CHECK(arrived);
+    CHECK_OK(pl_port_release_send(h.right));
+    hand_client_close(&h);
+}
+static void scenario_room_watch_without_descriptor(void) { run_in_own_process(room_watch_without_descriptor_body); }
+
 /* ---- ring_switch_mid_batch ---------------------------------------------------------------------- */
 
 /* Plays the client's part of the switch up to its RING_START: offers a ring, reads the service's acceptance and
@@ -4978,6 +5036,7 @@ int main(int argc, char **argv) {
         { "released_right_keeps_queue", scenario_released_right_keeps_queue },
         { "want_answered_by_right", scenario_want_answered_by_right },
         { "unused_client_ends", scenario_unused_client_ends },
+        { "room_watch_without_descriptor", scenario_room_watch_without_descriptor },
     };
     /* Limits not overcome yet: they fail, and run only when named. */
     static const scenario_t named_only[] = {
