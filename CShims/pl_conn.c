@@ -144,7 +144,8 @@ static bool pl_conn_queue_frame_locked(pl_conn_t *conn, const uint8_t *head, siz
 
 /* Sends queued packets from the head while the socket (or the ring) takes them (write_lock held), all of them or
  * all but the last (which a streaming sender is still filling). false: the connection broke (the caller unlocks,
- * then kills it unless `*gone`: the peer closed, and the reader will see the end; or the ring's writer ended it). */
+ * then kills it unless `*gone`: the peer takes nothing more, and the transport is told (pl_transport_peer_refused);
+ * or the ring's writer ended it). */
 static bool pl_conn_send_queued_locked(pl_conn_t *conn, bool keep_tail, bool *gone) {
     while (conn->out_head != NULL && conn->fd >= 0 && !(keep_tail && conn->out_head == conn->out_tail)) {
         pl_out_frame_t *frame = conn->out_head;
@@ -154,7 +155,9 @@ static bool pl_conn_send_queued_locked(pl_conn_t *conn, bool keep_tail, bool *go
                        : pl_conn_sendmsg(conn->fd, frame->bytes, frame->length, NULL, 0, frame->fds, frame->fd_count);
         if (sent == 0) break;
         if (sent < 0) {
-            *gone = sent == -2 || errno == EPIPE || errno == ECONNRESET;
+            bool refused = sent == -1 && (errno == EPIPE || errno == ECONNRESET);
+            *gone = sent == -2 || refused;
+            if (refused) pl_transport_peer_refused(conn); /* the end to read may never come */
             return false;
         }
         if (frame->switches) {
@@ -224,8 +227,10 @@ pl_status_t pl_conn_put_frame_parts_locked(pl_conn_t *conn, const uint8_t *head,
         }
         if (sent < 0) {
             /* The peer is gone. What it sent before going is still to be read (a refusal, its last messages):
-             * the transport ends the connection when it reads the end. Any other failure ends it now. */
+             * the transport ends the connection when it reads the end (or now, if no end is coming: a peer that
+             * only stopped reading). Any other failure ends it now. */
             if (sent == -1 && errno != EPIPE && errno != ECONNRESET) pl_transport_kill(conn, "the socket refused a write");
+            else if (sent == -1) pl_transport_peer_refused(conn);
             return PL_ERR_INVALID_DEST;
         }
     }

@@ -504,6 +504,9 @@ typedef struct {
  * withdrawals at most). Never from the transport thread. */
 bool pl_transport_lock_may_be_ours(pl_lock_wait_t *wait);
 void pl_transport_kill(pl_conn_t *conn, const char *why); /* end a connection (a write failed) */
+/* A write found the peer taking nothing more (EPIPE, ECONNRESET): the connection ends when its reader reads the end,
+ * or at once if no end is coming (a peer that shut its reading side only). */
+void pl_transport_peer_refused(pl_conn_t *conn);
 void pl_transport_drop_export(pl_conn_t *conn, uint32_t handle); /* drop an export left with no transfer */
 void pl_transport_sweep_soon(pl_conn_t *conn);         /* a proxy went idle: sweep it in time */
 void pl_transport_read(pl_conn_t *conn);               /* read on where a feeder's reader stopped */

@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -45,6 +46,7 @@ typedef enum pl_command_kind {
     PL_CMD_WITHDRAW,
     PL_CMD_DROP_EXPORT,
     PL_CMD_READ,
+    PL_CMD_REFUSED,
 } pl_command_kind_t;
 
 typedef struct pl_command {
@@ -333,6 +335,7 @@ static int pl_sweep_timeout(bool timed_out) {
     return 1000;
 }
 void pl_transport_kill(pl_conn_t *conn, const char *why) { pl_post(PL_CMD_KILL, conn, NULL, why); }
+void pl_transport_peer_refused(pl_conn_t *conn) { pl_post(PL_CMD_REFUSED, conn, NULL, NULL); }
 void pl_transport_withdrawal_begin(void) { atomic_fetch_add_explicit(&pl_withdrawals_begun, 1, memory_order_seq_cst); }
 
 void pl_transport_withdraw(pl_port_t *port, pl_service_t *service) {
@@ -755,6 +758,18 @@ static void pl_run_read(pl_conn_t *conn) {
     }
 }
 
+/* PL_CMD_REFUSED: a write found the peer taking nothing more. A peer that closed (or shut its writing side) left an
+ * end to read after its last frames, and the reader ends the connection there; one that only shut its reading side
+ * sends on, and no end comes: nothing more can reach it, and its connection ends now. Looked at here, a while
+ * after the write: a closing peer's socket says so by then. */
+static void pl_run_refused(pl_conn_t *conn) {
+    pthread_mutex_lock(&conn->write_lock); /* keeps the descriptor open */
+    struct pollfd hangup = { .fd = conn->fd, .events = POLLRDHUP };
+    bool end_coming = conn->fd < 0 || (poll(&hangup, 1, 0) > 0 && (hangup.revents & (POLLRDHUP | POLLHUP)) != 0);
+    pthread_mutex_unlock(&conn->write_lock);
+    if (!end_coming) pl_transport_end(conn, "the peer does not read any more");
+}
+
 /* Gathers the handles of unused exports, as many as fit (the connection's lock held). */
 #define PL_UNUSED_BATCH 32u
 typedef struct pl_unused_exports {
@@ -815,6 +830,7 @@ static void pl_run_starved(void) {
             if (work & (1u << PL_CMD_FLUSH_OWED)) pl_conn_flush_owed(conn);
             if (work & (1u << PL_CMD_DROP_EXPORT)) pl_run_drop(conn, 0, true);
             if (work & (1u << PL_CMD_READ)) pl_run_read(conn);
+            if (work & (1u << PL_CMD_REFUSED)) pl_run_refused(conn);
         }
         pl_conn_release(conn); /* the list's */
     }
@@ -836,6 +852,7 @@ static void pl_run_commands(void) {
         case PL_CMD_KILL: pl_transport_end(command->conn, command->why); break;
         case PL_CMD_DROP_EXPORT: pl_run_drop(command->conn, command->handle, false); break;
         case PL_CMD_READ: pl_run_read(command->conn); break;
+        case PL_CMD_REFUSED: pl_run_refused(command->conn); break;
         case PL_CMD_WITHDRAW: {
             pl_port_t *port = command->port;
             pthread_mutex_lock(&port->lock);

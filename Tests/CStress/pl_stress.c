@@ -115,6 +115,8 @@
  *                            connects anew instead of taking a right that dies at once
  *   room_watch_without_descriptor  a message queued behind a full socket while descriptors are used up (no
  *                            duplicate to watch for room with) leaves once room and descriptors are back
+ *   peer_stops_reading       a peer that shuts its reading side (SHUT_RD), socket kept open, while messages wait
+ *                            for room: the connection ends, and a sender waiting for room is told so
  *   ring_bell_held           (run only when named; fails) a peer that holds a bell pipe's lock, its page fault
  *                            unserved, makes this side's ring or emptying of that bell wait: see TheWire.md, "Bells"
  *
@@ -4447,6 +4449,51 @@ static void room_watch_without_descriptor_body(void) {
 }
 static void scenario_room_watch_without_descriptor(void) { run_in_own_process(room_watch_without_descriptor_body); }
 
+/* ---- peer_stops_reading ------------------------------------------------------------------------ */
+
+static void *proxy_sender_16k_3s(void *raw) {
+    static uint8_t payload[16000];
+    pl_status_t status = pl_port_send(raw, 63, payload, sizeof payload, NULL, 3000 * MS);
+    if (status != PL_ERR_INVALID_DEST) fprintf(stderr, "  a sender waiting for room got status %d\n", (int)status);
+    CHECK_STATUS(status, PL_ERR_INVALID_DEST);
+    return NULL;
+}
+
+/* A peer that shuts its reading side (shutdown SHUT_RD) but keeps the socket open takes nothing more: every write
+ * fails with EPIPE, yet no end ever comes to read. The connection must end (its rights dead names, a sender waiting
+ * for room told the destination is gone), not stay half-ended with its queue and its waiters for ever. */
+static void peer_stops_reading_body(void) {
+    hand_client_t h;
+    hand_client_open(&h, 3, 1000, 0);
+    if (h.right == NULL) return;
+    int room = 65536;
+    CHECK(setsockopt(h.pair[0], SOL_SOCKET, SO_SNDBUF, &room, sizeof room) == 0);
+    static uint8_t payload[16000];
+    int sent = 0;
+    while (sent < 500 && pl_port_send(h.right, 60, payload, sizeof payload, NULL, 0) == PL_OK) sent++;
+    CHECK(atomic_load(&h.conn->backlogged));
+    pthread_t sender;
+    start_thread(&sender, proxy_sender_16k_3s, h.right); /* waits for room */
+    sleep_us(50000);
+    CHECK(shutdown(h.pair[1], SHUT_RD) == 0);
+    /* What came before stays readable; once it is read, the socket has room again, which takes nothing. */
+    uint8_t *packet = malloc(PL_WIRE_MAX_FRAME);
+    CHECK(packet != NULL);
+    while (packet != NULL && recv(h.pair[1], packet, PL_WIRE_MAX_FRAME, MSG_DONTWAIT) > 0) {}
+    free(packet);
+    bool ended = false;
+    for (int64_t deadline = now_ns() + 2000 * MS; !ended && now_ns() < deadline; sleep_us(10000)) {
+        ended = atomic_load(&h.conn->ended);
+    }
+    if (!ended) fprintf(stderr, "  the connection lives on, backlogged %d\n", (int)atomic_load(&h.conn->backlogged));
+    CHECK(ended);
+    pthread_join(sender, NULL);
+    pl_port_release_send(h.right);
+    close(h.pair[1]);
+    pl_conn_release(h.conn);
+}
+static void scenario_peer_stops_reading(void) { run_in_own_process(peer_stops_reading_body); }
+
 /* ---- ring_switch_mid_batch ---------------------------------------------------------------------- */
 
 /* Plays the client's part of the switch up to its RING_START: offers a ring, reads the service's acceptance and
@@ -5037,6 +5084,7 @@ int main(int argc, char **argv) {
         { "want_answered_by_right", scenario_want_answered_by_right },
         { "unused_client_ends", scenario_unused_client_ends },
         { "room_watch_without_descriptor", scenario_room_watch_without_descriptor },
+        { "peer_stops_reading", scenario_peer_stops_reading },
     };
     /* Limits not overcome yet: they fail, and run only when named. */
     static const scenario_t named_only[] = {
