@@ -590,9 +590,11 @@ static void pl_transport_end(pl_conn_t *conn, const char *why) {
     pl_conn_t **link = &T.conns;
     while (*link != NULL && *link != conn) link = &(*link)->next;
     bool first = *link != NULL && !conn->ending;
-    conn->ending = true;
+    /* Only a listed connection: one not listed yet (a look-up's, before pl_transport_add_conn) would otherwise have
+     * its real end, read once it is, taken for a second one and ignored. */
+    if (first) conn->ending = true;
     pthread_mutex_unlock(&T.lock);
-    if (!first) return; /* ended already, or being ended */
+    if (!first) return; /* ended already, being ended, or not the transport's (yet) */
     pthread_mutex_lock(&conn->read_lock); /* a set's receiver reading it finishes first */
     pthread_mutex_lock(&conn->write_lock);
     pl_unwatch_locked(conn);

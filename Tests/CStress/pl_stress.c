@@ -117,6 +117,8 @@
  *                            duplicate to watch for room with) leaves once room and descriptors are back
  *   peer_stops_reading       a peer that shuts its reading side (SHUT_RD), socket kept open, while messages wait
  *                            for room: the connection ends, and a sender waiting for room is told so
+ *   refused_before_watched   the same refusal met by a connection's hello before the transport watches it: the
+ *                            connection still ends when its end is read
  *   ring_bell_held           (run only when named; fails) a peer that holds a bell pipe's lock, its page fault
  *                            unserved, makes this side's ring or emptying of that bell wait: see TheWire.md, "Bells"
  *
@@ -4494,6 +4496,34 @@ static void peer_stops_reading_body(void) {
 }
 static void scenario_peer_stops_reading(void) { run_in_own_process(peer_stops_reading_body); }
 
+/* The same refusal met by a look-up's hello, before its connection is among the transport's (a service that shut its
+ * reading side at once): the transport, finding the connection not yet its own, must leave it to be ended later, not
+ * mark it ended-already so that its real end, when it comes, is ignored. */
+static void refused_before_watched_body(void) {
+    CHECK_OK(pl_transport_start());
+    int pair[2];
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, pair) == 0);
+    CHECK(shutdown(pair[1], SHUT_RD) == 0);
+    pl_pending_socket_t pending;
+    pl_transport_pending_add(&pending);
+    pending.fd = pair[0];
+    pl_conn_t *conn = pl_conn_new(pair[0], false);
+    CHECK(conn != NULL);
+    if (conn == NULL) return;
+    pl_conn_write_hello(conn, PL_HELLO_WELCOME, (pl_wire_right_t){ 0 }); /* refused: EPIPE */
+    sleep_us(50000); /* the transport looks at the refusal */
+    CHECK_OK(pl_transport_add_conn(conn, &pending));
+    close(pair[1]); /* the end, for the transport to read */
+    bool ended = false;
+    for (int64_t deadline = now_ns() + 2000 * MS; !ended && now_ns() < deadline; sleep_us(10000)) {
+        ended = atomic_load(&conn->ended);
+    }
+    if (!ended) fprintf(stderr, "  the connection's end was ignored\n");
+    CHECK(ended);
+    pl_conn_release(conn);
+}
+static void scenario_refused_before_watched(void) { run_in_own_process(refused_before_watched_body); }
+
 /* ---- ring_switch_mid_batch ---------------------------------------------------------------------- */
 
 /* Plays the client's part of the switch up to its RING_START: offers a ring, reads the service's acceptance and
@@ -5085,6 +5115,7 @@ int main(int argc, char **argv) {
         { "unused_client_ends", scenario_unused_client_ends },
         { "room_watch_without_descriptor", scenario_room_watch_without_descriptor },
         { "peer_stops_reading", scenario_peer_stops_reading },
+        { "refused_before_watched", scenario_refused_before_watched },
     };
     /* Limits not overcome yet: they fail, and run only when named. */
     static const scenario_t named_only[] = {
