@@ -126,6 +126,12 @@ static void pl_transport_after_fork_child(void) {
             if (conn->fd >= 0) close(conn->fd);
             if (conn->out_fd >= 0) close(conn->out_fd);
             conn->fd = conn->out_fd = -1;
+            /* The descriptors sent as attachments that wait in its queue (duplicates) are the parent's to send: a
+             * child that kept them would hold the files open after the message went. */
+            for (pl_out_frame_t *frame = conn->out_head; frame != NULL; frame = frame->next) {
+                for (uint32_t i = 0; i < frame->fd_count; i++) close(frame->fds[i]);
+                frame->fd_count = 0;
+            }
             pl_ring_forget_in_child(conn->ring);
         }
         for (int list = 0; list < 2; list++) {

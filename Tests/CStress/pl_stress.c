@@ -119,6 +119,8 @@
  *                            for room: the connection ends, and a sender waiting for room is told so
  *   refused_before_watched   the same refusal met by a connection's hello before the transport watches it: the
  *                            connection still ends when its end is read
+ *   fork_with_queued_descriptor  a child forked while a descriptor sent as an attachment waits in a full socket's
+ *                            outgoing queue holds no copy of it
  *   ring_bell_held           (run only when named; fails) a peer that holds a bell pipe's lock, its page fault
  *                            unserved, makes this side's ring or emptying of that bell wait: see TheWire.md, "Bells"
  *
@@ -4524,6 +4526,32 @@ static void refused_before_watched_body(void) {
 }
 static void scenario_refused_before_watched(void) { run_in_own_process(refused_before_watched_body); }
 
+/* A descriptor sent as an attachment waits, duplicated, in the outgoing queue of a full socket; the sender closed its
+ * own. A child forked then must not hold that duplicate: the queue is the parent's, and a child that lives on would
+ * keep the file open (a pipe's end never reaching its end) long after the message has gone. */
+static void fork_with_queued_descriptor_body(void) {
+    hand_client_t h;
+    hand_client_open(&h, 3, 1000, 0);
+    if (h.right == NULL) return;
+    static uint8_t filler[4096];
+    memset(filler, 0xee, sizeof filler);
+    while (send(h.pair[0], filler, sizeof filler, MSG_DONTWAIT) == (ssize_t)sizeof filler) {}
+    char path[] = "/tmp/pl-stress-queuedfd-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    pl_attachment_t attachment = { .kind = PL_ATTACHMENT_FD, .fd = fd };
+    CHECK_OK(pl_port_send_with(h.right, 64, "fd", 2, NULL, &attachment, 1, 0));
+    close(fd);
+    CHECK(atomic_load(&h.conn->backlogged) && holds_descriptor_on(path)); /* the queue's duplicate */
+    int held = in_child(holds_descriptor_on, path);
+    if (held != 0) fprintf(stderr, "  the child holds the queued descriptor (%d)\n", held);
+    CHECK(held == 0);
+    unlink(path);
+    CHECK_OK(pl_port_release_send(h.right));
+    hand_client_close(&h);
+}
+static void scenario_fork_with_queued_descriptor(void) { run_in_own_process(fork_with_queued_descriptor_body); }
+
 /* ---- ring_switch_mid_batch ---------------------------------------------------------------------- */
 
 /* Plays the client's part of the switch up to its RING_START: offers a ring, reads the service's acceptance and
@@ -5116,6 +5144,7 @@ int main(int argc, char **argv) {
         { "room_watch_without_descriptor", scenario_room_watch_without_descriptor },
         { "peer_stops_reading", scenario_peer_stops_reading },
         { "refused_before_watched", scenario_refused_before_watched },
+        { "fork_with_queued_descriptor", scenario_fork_with_queued_descriptor },
     };
     /* Limits not overcome yet: they fail, and run only when named. */
     static const scenario_t named_only[] = {
