@@ -768,13 +768,17 @@ static void pl_run_read(pl_conn_t *conn) {
 
 /* PL_CMD_REFUSED: a write found the peer taking nothing more. A peer that closed (or shut its writing side) left an
  * end to read after its last frames, and the reader ends the connection there; one that only shut its reading side
- * sends on, and no end comes: nothing more can reach it, and its connection ends now. Looked at here, a while
- * after the write: a closing peer's socket says so by then. */
+ * sends on, and no end comes: nothing more can reach it, and its connection ends now. A closing peer's kernel marks
+ * its own side, which refuses the write, a moment before ours: the look waits a little for the mark. Only this
+ * thread closes a listed connection's socket, so it stays open without the write lock, which senders want. */
+#define PL_REFUSED_LOOK_MS 10
 static void pl_run_refused(pl_conn_t *conn) {
-    pthread_mutex_lock(&conn->write_lock); /* keeps the descriptor open */
-    struct pollfd hangup = { .fd = conn->fd, .events = POLLRDHUP };
-    bool end_coming = conn->fd < 0 || (poll(&hangup, 1, 0) > 0 && (hangup.revents & (POLLRDHUP | POLLHUP)) != 0);
+    pthread_mutex_lock(&conn->write_lock);
+    int fd = conn->fd;
     pthread_mutex_unlock(&conn->write_lock);
+    struct pollfd hangup = { .fd = fd, .events = POLLRDHUP }; /* pending frames do not end the wait */
+    bool end_coming = fd < 0 || (poll(&hangup, 1, PL_REFUSED_LOOK_MS) > 0 &&
+                                 (hangup.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0);
     if (!end_coming) pl_transport_end(conn, "the peer does not read any more");
 }
 
