@@ -4423,7 +4423,10 @@ static void room_watch_without_descriptor_body(void) {
     while (n < HELD && (held[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) n++;
     CHECK(n < HELD);
     CHECK_OK(pl_port_send(h.right, 60, "queued", 6, NULL, 0));
-    CHECK(atomic_load(&h.conn->backlogged) && h.conn->out_fd < 0);
+    pthread_mutex_lock(&h.conn->write_lock); /* out_fd is the transport's, under it */
+    bool unwatched = h.conn->out_fd < 0;
+    pthread_mutex_unlock(&h.conn->write_lock);
+    CHECK(atomic_load(&h.conn->backlogged) && unwatched);
     sleep_us(50000); /* the transport tries its watch, and fails */
     for (int i = 0; i < n; i++) close(held[i]);
     CHECK(setrlimit(RLIMIT_NOFILE, &saved) == 0);
