@@ -194,6 +194,13 @@ static atomic_bool pl_stream_packing_on;
 int pl_stream_packing(void) { return atomic_load_explicit(&pl_stream_packing_on, memory_order_relaxed); }
 void pl_set_stream_packing(int on) { atomic_store_explicit(&pl_stream_packing_on, on != 0, memory_order_relaxed); }
 
+/* The outgoing queue has emptied (write_lock held): nothing is backlogged, and a client's connection left with no
+ * right (end_when_sent, pl_proxy.c) ends now that what it sent has gone. */
+static void pl_conn_drained_locked(pl_conn_t *conn) {
+    atomic_store_explicit(&conn->backlogged, false, memory_order_release);
+    if (conn->end_when_sent) pl_transport_kill(conn, "no right left on the connection");
+}
+
 pl_status_t pl_conn_put_frame_locked(pl_conn_t *conn, const uint8_t *bytes, size_t length, const int *fds,
                                      uint32_t fd_count) {
     return pl_conn_put_frame_parts_locked(conn, bytes, length, NULL, 0, fds, fd_count);
@@ -252,9 +259,8 @@ pl_status_t pl_conn_put_frame_parts_locked(pl_conn_t *conn, const uint8_t *head,
         return PL_ERR_INVALID_DEST;
     }
     if (conn->out_head == NULL) {
-        atomic_store_explicit(&conn->backlogged, false, memory_order_release);
+        pl_conn_drained_locked(conn);
         pthread_cond_broadcast(&conn->writable);
-        if (conn->end_when_sent) pl_transport_kill(conn, "no right left on the connection");
         return PL_OK;
     }
     if (!conn->want_writable && pl_conn_needs_socket_room_locked(conn)) {
@@ -275,8 +281,7 @@ void pl_conn_flush_outgoing(pl_conn_t *conn) {
         return;
     }
     bool drained = conn->out_head == NULL;
-    if (drained) atomic_store_explicit(&conn->backlogged, false, memory_order_release);
-    if (drained && conn->end_when_sent) pl_transport_kill(conn, "no right left on the connection");
+    if (drained) pl_conn_drained_locked(conn);
     /* Waiting for room in the ring, not in the socket: the transport stops watching the socket for it. A packet
      * with descriptors that the socket would not take now (a reader flushed, woken by this side's bell): it does. */
     bool needs = pl_conn_needs_socket_room_locked(conn);

@@ -4200,6 +4200,19 @@ static void hand_send_to_client(hand_client_t *h, const uint8_t *packet, size_t 
     CHECK(send(h->pair[1], packet, length, 0) == (ssize_t)length);
 }
 
+/* The first byte of the filler packets below: not a frame's, so the peer's reads skip them. */
+#define HAND_FILLER_BYTE 0xee
+
+/* Fills the client's socket with filler packets, as a service that does not read leaves it: the client's next frame
+ * waits in its outgoing queue. Returns how many went in. */
+static int hand_client_fill_socket(hand_client_t *h) {
+    static uint8_t filler[4096];
+    memset(filler, HAND_FILLER_BYTE, sizeof filler);
+    int filled = 0;
+    while (send(h->pair[0], filler, sizeof filler, MSG_DONTWAIT) == (ssize_t)sizeof filler) filled++;
+    return filled;
+}
+
 /* Ends the connection (the peer closes its end; the transport reads the end) and lets go of it. */
 static void hand_client_close(hand_client_t *h) {
     close(h->pair[1]);
@@ -4278,7 +4291,7 @@ static void scenario_released_right_keeps_queue(void) { run_in_own_process(relea
 /* ---- want_answered_by_right --------------------------------------------------------------------- */
 
 /* Reads what the client sends until a packet holds a frame of `type` (for handle `handle` when a control frame), up
- * to `ms`: whether one came; *out gets it (a MESSAGE's bytes are not kept). */
+ * to `ms`, skipping filler: whether one came; *out gets it (a MESSAGE's bytes are not kept). */
 static bool hand_client_await(hand_client_t *h, pl_frame_type_t type, uint32_t handle, int64_t ms,
                               pl_wire_frame_t *out) {
     uint8_t packet[PL_WIRE_MAX_FRAME];
@@ -4290,6 +4303,7 @@ static bool hand_client_await(hand_client_t *h, pl_frame_type_t type, uint32_t h
             poll(&readable, 1, 10);
             continue;
         }
+        if (packet[0] == HAND_FILLER_BYTE) continue; /* hand_client_fill_socket's */
         bool found = false;
         for (size_t at = 0, length; at < (size_t)n; at += length) {
             length = pl_wire_frame_length(packet + at, (size_t)n - at);
@@ -4406,11 +4420,7 @@ static void room_watch_without_descriptor_body(void) {
     hand_client_t h;
     hand_client_open(&h, 3, 1000, 0);
     if (h.right == NULL) return;
-    /* The peer does not read: filler packets (not frames; the peer skips them) fill the socket. */
-    static uint8_t filler[4096];
-    memset(filler, 0xee, sizeof filler);
-    int filled = 0;
-    while (send(h.pair[0], filler, sizeof filler, MSG_DONTWAIT) == (ssize_t)sizeof filler) filled++;
+    int filled = hand_client_fill_socket(&h); /* the peer does not read */
     CHECK(filled > 0 && errno == EAGAIN);
     /* Every descriptor in use: the message queues, and its watch for room finds no descriptor to watch with. */
     struct rlimit saved, low;
@@ -4431,23 +4441,8 @@ static void room_watch_without_descriptor_body(void) {
     for (int i = 0; i < n; i++) close(held[i]);
     CHECK(setrlimit(RLIMIT_NOFILE, &saved) == 0);
     /* Room and descriptors are back: the message must come. */
-    uint8_t packet[8192];
-    bool arrived = false;
-    for (int64_t deadline = now_ns() + 3000 * MS; !arrived && now_ns() < deadline;) {
-        ssize_t got = recv(h.pair[1], packet, sizeof packet, MSG_DONTWAIT);
-        if (got < 0) {
-            struct pollfd readable = { .fd = h.pair[1], .events = POLLIN };
-            poll(&readable, 1, 10);
-            continue;
-        }
-        if (got == 0) break;
-        if (packet[0] == 0xee) continue;
-        pl_wire_frame_t frame;
-        const char *why;
-        size_t length = pl_wire_frame_length(packet, (size_t)got);
-        arrived = length > 0 && pl_wire_decode(packet, length, 0, &frame, &why) && frame.type == PL_FRAME_MESSAGE &&
-                  frame.u.message.id == 60;
-    }
+    pl_wire_frame_t frame;
+    bool arrived = hand_client_await(&h, PL_FRAME_MESSAGE, 0, 3000, &frame) && frame.u.message.id == 60;
     if (!arrived) fprintf(stderr, "  a message queued while descriptors were short never left (backlogged %d)\n",
                           (int)atomic_load(&h.conn->backlogged));
     CHECK(arrived);
@@ -4536,9 +4531,7 @@ static void fork_with_queued_descriptor_body(void) {
     hand_client_t h;
     hand_client_open(&h, 3, 1000, 0);
     if (h.right == NULL) return;
-    static uint8_t filler[4096];
-    memset(filler, 0xee, sizeof filler);
-    while (send(h.pair[0], filler, sizeof filler, MSG_DONTWAIT) == (ssize_t)sizeof filler) {}
+    hand_client_fill_socket(&h);
     char path[] = "/tmp/pl-stress-queuedfd-XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);
