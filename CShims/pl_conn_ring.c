@@ -4,12 +4,12 @@
  * Why: a packet through a socket costs its sender a system call and its reader another, plus, when the reader
  * sleeps, a wake-up by the kernel's socket code; through memory, a frame costs two copies, and a system call only
  * to ring the bell of a reader that had stopped looking (pl_ring.h). A stream then crosses without a system call
- * per message, and a round trip pays a one-byte pipe write and an epoll wake-up each way instead of a socket's send
- * and receive.
+ * per message, and a round trip pays an eventfd write and an epoll wake-up each way instead of a socket's send and
+ * receive.
  *
- * The switch, between version 4 peers. The client offers: RING_OFFER on the socket with the rings' memfd and its
+ * The switch, between version 5 peers. The client offers: RING_OFFER on the socket with the rings' memfd and its
  * bell beside it, once it has put PL_RING_OFFER_AFTER frames (a connection that carries a few requests is never
- * worth the memory: PL_RING_MAP_BYTES and three descriptors a side), or at once in a process that asked for rings
+ * worth the memory: PL_RING_MAP_BYTES and two descriptors a side), or at once in a process that asked for rings
  * always (pl_set_shared_rings). The service checks and maps the memfd and answers RING_ACCEPT with its own bell;
  * its frames after that one go by ring. When it cannot — no descriptor or memory, frames waiting in its outgoing
  * queue, rings turned off in its process — it answers RING_REFUSE, and the client offers again after
@@ -98,18 +98,18 @@ void pl_conn_ring_maybe_offer_locked(pl_conn_t *conn) {
     conn->ring_offered = true;
     conn->frames_put = PL_RING_RETRY_AFTER;
     pl_ring_t *ring;
-    int memfd, bell;
-    if (pl_ring_create(&ring, &memfd, &bell) != PL_OK) return; /* the socket serves; an offer later */
+    int memfd, ringer;
+    if (pl_ring_create(&ring, &memfd, &ringer) != PL_OK) return; /* the socket serves; an offer later */
     pl_ring_set_reach(ring, PL_RING_NEAR_BYTES);
     conn->ring = ring;
     conn->ring_state = PL_CONN_RING_OFFERED;
     atomic_store_explicit(&conn->ring_pending, true, memory_order_seq_cst);
     uint8_t frame[PL_WIRE_HEADER_SIZE + 8];
     size_t length = pl_wire_encode_ring(frame, PL_FRAME_RING_OFFER, PL_RING_BYTES);
-    int fds[2] = { memfd, bell };
+    int fds[2] = { memfd, ringer };
     pl_conn_put_frame_locked(conn, frame, length, fds, 2); /* a queued frame holds duplicates */
     close(memfd);
-    close(bell);
+    close(ringer);
 }
 
 void pl_conn_ring_after_hello(pl_conn_t *conn) {
@@ -151,18 +151,20 @@ static bool pl_conn_ring_offered(pl_conn_t *conn, const pl_wire_frame_t *frame, 
         return false;
     }
     pl_ring_t *ring = NULL;
-    int bell = -1; /* the read end of this side's pipe, for the client */
+    int ringer = -1; /* the end of this side's bell the client is to ring it through */
     if (pl_shared_rings() != PL_RINGS_NEVER && frame->u.ring.ring_bytes == PL_RING_BYTES) {
         bool peer_fault = false;
-        ring = pl_ring_adopt(fds[0], &bell, &peer_fault, reason); /* the memfd is closed with the frame's others */
+        ring = pl_ring_adopt(fds[0], &ringer, &peer_fault, reason); /* the memfd is closed with the frame's others */
         if (ring == NULL && peer_fault) return false;
-        if (ring != NULL && !pl_ring_take_peer_bell(ring, fds[1], reason)) {
+        if (ring != NULL && !pl_ring_take_ringer(ring, fds[1], &peer_fault, reason)) {
             pl_ring_free(ring);
-            close(bell);
-            return false;
+            ring = NULL;
+            close(ringer);
+            ringer = -1;
+            if (peer_fault) return false;
         }
         if (ring != NULL) {
-            fds[1] = -1; /* this side's bell now, the ring's */
+            fds[1] = -1; /* the ring's now */
             pl_ring_set_reach(ring, PL_RING_NEAR_BYTES);
         }
     }
@@ -174,10 +176,10 @@ static bool pl_conn_ring_offered(pl_conn_t *conn, const pl_wire_frame_t *frame, 
         atomic_store_explicit(&conn->ring_pending, true, memory_order_seq_cst);
         uint8_t accepted[PL_WIRE_HEADER_SIZE];
         size_t length = pl_wire_encode_ring(accepted, PL_FRAME_RING_ACCEPT, 0);
-        pl_conn_put_switch_locked(conn, accepted, length, &bell, 1);
+        pl_conn_put_switch_locked(conn, accepted, length, &ringer, 1);
     }
     pthread_mutex_unlock(&conn->write_lock);
-    if (bell >= 0) close(bell); /* sent, or not to be */
+    if (ringer >= 0) close(ringer); /* sent, or not to be */
     if (!accept) {
         pl_ring_free(ring);
         pl_conn_ring_write_frame(conn, PL_FRAME_RING_REFUSE);
@@ -192,7 +194,9 @@ static bool pl_conn_ring_offered(pl_conn_t *conn, const pl_wire_frame_t *frame, 
 static bool pl_conn_ring_accepted(pl_conn_t *conn, int *fds, const char **reason) {
     pthread_mutex_lock(&conn->write_lock);
     pl_ring_t *ring = conn->ring;
-    bool ok = conn->ring_state == PL_CONN_RING_OFFERED && ring != NULL && pl_ring_take_peer_bell(ring, fds[0], reason);
+    bool peer_fault = true;
+    bool ok = conn->ring_state == PL_CONN_RING_OFFERED && ring != NULL &&
+              pl_ring_take_ringer(ring, fds[0], &peer_fault, reason);
     if (ok) {
         fds[0] = -1;
         uint8_t start[PL_WIRE_HEADER_SIZE];
@@ -231,6 +235,11 @@ static bool pl_conn_ring_refused(pl_conn_t *conn, const char **reason) {
 
 bool pl_conn_ring_receive(pl_conn_t *conn, const pl_wire_frame_t *frame, int *fds, const char **reason) {
     if (!atomic_load_explicit(&conn->rings_ok, memory_order_acquire)) {
+        /* A version 4 client offers rings whose bells are pipes: not taken (pl_ring.c says why), the socket serves. */
+        if (conn->accepted && conn->peer_version == 4 && frame->type == PL_FRAME_RING_OFFER) {
+            pl_conn_ring_write_frame(conn, PL_FRAME_RING_REFUSE);
+            return true;
+        }
         *reason = "ring: a ring frame from a peer older than version 4";
         return false;
     }

@@ -16,7 +16,7 @@
  * stores its flag, then loads the other's index, both sequentially consistent, so that one of the two always sees
  * the other.
  */
-#define _GNU_SOURCE /* memfd_create, F_ADD_SEALS, pipe2, splice */
+#define _GNU_SOURCE /* memfd_create, F_ADD_SEALS */
 #include "pl_ring.h"
 #include "pl_internal.h"
 
@@ -25,6 +25,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -70,60 +72,32 @@ struct pl_ring {
     uint32_t in_head;         /* what this side has taken: the authority */
     uint32_t in_head_shared;  /* the head last stored where the writer sees it */
     uint32_t in_tail_seen;    /* the writer's tail as last read: reread only once this side has taken up to it */
-    uint32_t arms;            /* times this side armed: its bell is emptied every PL_BELL_DRAIN_EVERY */
-    int bell;                 /* this side's bell: the read end of the pipe the peer rings, once taken (-1 before) */
-    int ringer;               /* the write end of the peer's bell: this side's own, never the peer's */
-    int ringer_keep;          /* a read end of that pipe, kept so that it never loses its last reader */
+    int bell;                 /* this side's bell: an eventfd the peer rings it through (a copy of it) */
+    int ringer;               /* the peer's bell, which the peer sent (-1 before it is taken) */
+    _Atomic uint64_t rung;    /* times this side rang it (its writer and its reader both ring) */
 };
 
-/* A bell is a pipe whose write end stays with the side that rings: the peer holds only the read end, so it cannot
- * clear O_NONBLOCK on ours, and a full pipe makes a ring fail (EAGAIN), never wait. An eventfd would be cheaper to
- * ring, but both sides would share its one open file description: a peer could make it blocking and fill its
- * counter, and this side's next ring would hang holding a connection's lock. The side that rings also keeps a read
- * end of its own pipe, never read: a pipe whose readers are all gone (the peer died) answers a write with SIGPIPE,
- * which would end this process. The read end is watched edge-triggered and emptied only now and then, with
- * splice(SPLICE_F_NONBLOCK), which cannot wait whatever the peer did to the description: an honest peer rings at
- * most once or twice per time this side arms. */
-#define PL_BELL_DRAIN_EVERY 256u
-
+/* A bell is an eventfd that the side it wakes makes, with its counter at one, and never reads: the peer rings it
+ * by writing zero. Zero, because the peer shares the eventfd's one open file description and so could clear
+ * O_NONBLOCK and raise the counter to its limit, where a write of anything else would wait; a write of zero cannot
+ * wait, and it still wakes whoever watches (the kernel wakes the eventfd's waiters on every write, and its readers
+ * find it readable while the counter is not zero). Nothing fills, so nothing is ever emptied. The eventfd's lock is
+ * a spinlock the kernel never holds while it copies from or to a process's memory: unlike a pipe's mutex, a peer
+ * whose own page fault never ends inside a read or write of it holds up no one. A peer that reads the counter
+ * down to zero only loses its own wake-ups. */
 static uint32_t pl_align8(uint32_t n) { return (n + 7u) & ~7u; }
 
 static atomic_uint_fast64_t pl_bells_rung;
 
 uint64_t pl_remote_ring_bells(void) { return atomic_load_explicit(&pl_bells_rung, memory_order_relaxed); }
 
-static void pl_ring_bell_ring(int fd) {
-    if (fd < 0) return;
+static void pl_ring_bell_ring(pl_ring_t *ring) {
+    if (ring->ringer < 0) return;
+    atomic_fetch_add_explicit(&ring->rung, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&pl_bells_rung, 1, memory_order_relaxed);
-    char one = 1;
+    static const uint64_t zero = 0;
     ssize_t n;
-    do { n = write(fd, &one, 1); } while (n < 0 && errno == EINTR);
-    /* EAGAIN: the peer's pipe is full, which its reader, emptying it now and then, never lets happen; a peer that
-     * does not empty it loses its own wake-ups. */
-}
-
-/* Where a bell's bytes go when it is emptied: /dev/null, opened once per process, by the transport thread's start
- * (pl_ring_prepare) so that it is one of the process's lasting descriptors from the first connection on, not one
- * that appears later. An open that failed (no descriptor left) is tried again at the next call: once for good,
- * a process short of descriptors for a moment could never start its transport again. */
-static atomic_int pl_null_fd = -1;
-
-bool pl_ring_prepare(void) {
-    if (atomic_load_explicit(&pl_null_fd, memory_order_acquire) >= 0) return true;
-    int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return false; /* errno kept */
-    int none = -1;
-    if (!atomic_compare_exchange_strong(&pl_null_fd, &none, fd)) close(fd); /* another thread's came first */
-    return true;
-}
-
-static void pl_ring_bell_drain(int fd) {
-    if (fd < 0 || !pl_ring_prepare()) return;
-    int null = atomic_load_explicit(&pl_null_fd, memory_order_acquire);
-    for (int i = 0; i < 16; i++) {
-        ssize_t n = splice(fd, NULL, null, NULL, 1u << 16, SPLICE_F_NONBLOCK);
-        if (n <= 0 && !(n < 0 && errno == EINTR)) return;
-    }
+    do { n = write(ring->ringer, &zero, sizeof zero); } while (n < 0 && errno == EINTR);
 }
 
 static void pl_close_quietly(int fd) {
@@ -133,24 +107,36 @@ static void pl_close_quietly(int fd) {
     errno = saved;
 }
 
-/* A pipe for this side's rings: the write end and a read end kept (*ringer, *keep), another read end for the peer
- * (*to_send). */
-static bool pl_bell_make(int *ringer, int *keep, int *to_send) {
-    int ends[2];
-    if (pipe2(ends, O_CLOEXEC | O_NONBLOCK) != 0) return false;
-    int copy = fcntl(ends[0], F_DUPFD_CLOEXEC, 0);
+/* Whether `fd` is an eventfd, as the kernel names it in /proc. A ringer is only written to, with zeros; written
+ * to, another kind of file could wait (a pipe, a FIFO on a file system the peer serves) or change something with
+ * this process's credentials. Without /proc nothing can be checked, and the socket serves on. */
+typedef enum { PL_IS_EVENTFD, PL_IS_OTHER, PL_CANNOT_TELL } pl_eventfd_kind_t;
+
+static pl_eventfd_kind_t pl_eventfd_kind(int fd) {
+    static const char eventfd_name[] = "anon_inode:[eventfd]";
+    char path[32], name[sizeof eventfd_name + 1];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t length = readlink(path, name, sizeof name);
+    if (length < 0) return errno == EBADF ? PL_IS_OTHER : PL_CANNOT_TELL;
+    return (size_t)length == sizeof eventfd_name - 1 && memcmp(name, eventfd_name, (size_t)length) == 0 ? PL_IS_EVENTFD
+                                                                                                        : PL_IS_OTHER;
+}
+
+/* This side's bell (*bell), and a duplicate of it for the peer to ring it through (*to_send). */
+static bool pl_bell_make(int *bell, int *to_send) {
+    int fd = eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0) return false;
+    int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (copy < 0) {
-        pl_close_quietly(ends[0]);
-        pl_close_quietly(ends[1]);
+        pl_close_quietly(fd);
         return false;
     }
+    *bell = fd;
     *to_send = copy;
-    *keep = ends[0];
-    *ringer = ends[1];
     return true;
 }
 
-static pl_ring_t *pl_ring_new(uint8_t *map, bool client, int ringer, int keep) {
+static pl_ring_t *pl_ring_new(uint8_t *map, bool client, int bell) {
     pl_ring_t *ring = calloc(1, sizeof *ring);
     if (ring == NULL) return NULL;
     pl_ring_shared_t *shared = (pl_ring_shared_t *)map;
@@ -161,19 +147,18 @@ static pl_ring_t *pl_ring_new(uint8_t *map, bool client, int ringer, int keep) {
     ring->out_data = client ? data0 : data1;
     ring->in_data = client ? data1 : data0;
     ring->out_reach = PL_RING_BYTES;
-    ring->bell = -1;
-    ring->ringer = ringer;
-    ring->ringer_keep = keep;
+    ring->bell = bell;
+    ring->ringer = -1;
     return ring;
 }
 
 
-pl_status_t pl_ring_create(pl_ring_t **out, int *out_memfd, int *out_bell) {
+pl_status_t pl_ring_create(pl_ring_t **out, int *out_memfd, int *out_ringer) {
     *out = NULL;
-    *out_memfd = *out_bell = -1;
+    *out_memfd = *out_ringer = -1;
     pl_status_t status = PL_OK;
     uint8_t *map = MAP_FAILED;
-    int ringer = -1, keep = -1, bell = -1;
+    int bell = -1, ringer = -1;
     int fd = memfd_create("portloop-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) {
         status = pl_system_failure("memfd_create");
@@ -183,8 +168,10 @@ pl_status_t pl_ring_create(pl_ring_t **out, int *out_memfd, int *out_bell) {
         status = pl_system_failure("fcntl(F_ADD_SEALS)");
     } else if ((map = mmap(NULL, PL_RING_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED) {
         status = pl_system_failure("mmap(ring)");
-    } else if (!pl_bell_make(&ringer, &keep, &bell)) {
-        status = pl_system_failure("pipe2");
+    } else if (!pl_bell_make(&bell, &ringer)) {
+        status = pl_system_failure("eventfd(bell)");
+    } else if (pl_eventfd_kind(bell) != PL_IS_EVENTFD) {
+        status = pl_system_failure("readlink(/proc/self/fd)"); /* the service's bell could not be checked */
     }
     pl_ring_t *ring = NULL;
     if (status == PL_OK) {
@@ -194,25 +181,24 @@ pl_status_t pl_ring_create(pl_ring_t **out, int *out_memfd, int *out_bell) {
         shared->magic = PL_RING_MAGIC;
         shared->layout = PL_RING_LAYOUT;
         shared->ring_bytes = PL_RING_BYTES;
-        ring = pl_ring_new(map, true, ringer, keep);
+        ring = pl_ring_new(map, true, bell);
         if (ring == NULL) status = PL_ERR_NO_MEMORY;
     }
     if (status != PL_OK) {
         if (map != MAP_FAILED) munmap(map, PL_RING_MAP_BYTES);
         pl_close_quietly(bell);
         pl_close_quietly(ringer);
-        pl_close_quietly(keep);
         pl_close_quietly(fd);
         return status;
     }
     *out = ring;
     *out_memfd = fd;
-    *out_bell = bell;
+    *out_ringer = ringer;
     return PL_OK;
 }
 
-pl_ring_t *pl_ring_adopt(int memfd, int *out_bell, bool *peer_fault, const char **reason) {
-    *out_bell = -1;
+pl_ring_t *pl_ring_adopt(int memfd, int *out_ringer, bool *peer_fault, const char **reason) {
+    *out_ringer = -1;
     *peer_fault = true;
     /* Without the shrink seal the peer could truncate the file under our mapping, and reading it would kill this
      * process with SIGBUS. F_GET_SEALS works only on memory files. */
@@ -248,45 +234,48 @@ pl_ring_t *pl_ring_adopt(int memfd, int *out_bell, bool *peer_fault, const char 
         *reason = "ring: the offered memfd does not hold a ring of this layout";
         return NULL;
     }
-    int ringer = -1, keep = -1, bell = -1;
-    pl_ring_t *ring = pl_bell_make(&ringer, &keep, &bell) ? pl_ring_new(map, false, ringer, keep) : NULL;
+    int bell = -1, ringer = -1;
+    pl_ring_t *ring = pl_bell_make(&bell, &ringer) ? pl_ring_new(map, false, bell) : NULL;
     if (ring == NULL) {
         munmap(map, PL_RING_MAP_BYTES);
         pl_close_quietly(bell);
         pl_close_quietly(ringer);
-        pl_close_quietly(keep);
         *reason = "ring: no descriptor or memory for it";
         return NULL;
     }
-    *out_bell = bell;
+    *out_ringer = ringer;
     return ring;
 }
 
-bool pl_ring_take_peer_bell(pl_ring_t *ring, int fd, const char **reason) {
-    /* Only watched and emptied (with splice, which never waits): a pipe's read end is all it may be. */
-    struct stat st;
-    int flags = fcntl(fd, F_GETFL);
-    if (ring->bell >= 0) {
+bool pl_ring_take_ringer(pl_ring_t *ring, int fd, bool *peer_fault, const char **reason) {
+    *peer_fault = true;
+    if (ring->ringer >= 0) {
         *reason = "ring: a second bell";
         return false;
     }
-    /* O_PATH: a FIFO's path, open for neither (fstat takes it, epoll and splice do not: EBADF). */
-    if (flags < 0 || (flags & (O_ACCMODE | O_PATH)) != O_RDONLY || fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
-        *reason = "ring: the peer's bell is not the read end of a pipe";
+    switch (pl_eventfd_kind(fd)) {
+    case PL_IS_EVENTFD: break;
+    case PL_IS_OTHER:
+        *reason = "ring: the peer's bell is not an eventfd";
+        return false;
+    case PL_CANNOT_TELL:
+        *peer_fault = false;
+        *reason = "ring: /proc cannot say what the peer's bell is";
         return false;
     }
-    ring->bell = fd;
+    ring->ringer = fd;
     return true;
 }
 
 int pl_ring_bell(const pl_ring_t *ring) { return ring->bell; }
+
+uint64_t pl_ring_rung(pl_ring_t *ring) { return atomic_load_explicit(&ring->rung, memory_order_relaxed); }
 
 void pl_ring_free(pl_ring_t *ring) {
     if (ring == NULL) return;
     munmap(ring->map, PL_RING_MAP_BYTES);
     pl_close_quietly(ring->bell);
     pl_close_quietly(ring->ringer);
-    pl_close_quietly(ring->ringer_keep);
     free(ring);
 }
 
@@ -294,8 +283,7 @@ void pl_ring_forget_in_child(pl_ring_t *ring) {
     if (ring == NULL) return;
     pl_close_quietly(ring->bell);
     pl_close_quietly(ring->ringer);
-    pl_close_quietly(ring->ringer_keep);
-    ring->bell = ring->ringer = ring->ringer_keep = -1;
+    ring->bell = ring->ringer = -1;
 }
 
 /* ---- writing ---------------------------------------------------------------------------------------- */
@@ -370,7 +358,7 @@ static pl_ring_put_result_t pl_ring_put_record(pl_ring_t *ring, const uint8_t *h
     bool rings = !quiet || padded || room == 0;
     if (rings && atomic_load_explicit(&ring->out->reader_armed, memory_order_seq_cst) != 0 &&
         atomic_exchange_explicit(&ring->out->reader_armed, 0, memory_order_seq_cst) != 0) {
-        pl_ring_bell_ring(ring->ringer);
+        pl_ring_bell_ring(ring);
     }
     return room == 0 ? PL_RING_FULL : PL_RING_PUT;
 }
@@ -461,12 +449,11 @@ void pl_ring_done_reading(pl_ring_t *ring) {
     }
     if (atomic_load_explicit(&ring->in->writer_waiting, memory_order_seq_cst) != 0 &&
         atomic_exchange_explicit(&ring->in->writer_waiting, 0, memory_order_seq_cst) != 0) {
-        pl_ring_bell_ring(ring->ringer);
+        pl_ring_bell_ring(ring);
     }
 }
 
 bool pl_ring_arm(pl_ring_t *ring) {
-    if (++ring->arms % PL_BELL_DRAIN_EVERY == 0) pl_ring_bell_drain(ring->bell);
     atomic_store_explicit(&ring->in->reader_armed, 1, memory_order_seq_cst);
     return atomic_load_explicit(&ring->in->tail, memory_order_seq_cst) != ring->in_head;
 }

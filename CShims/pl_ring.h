@@ -2,16 +2,16 @@
  * pl_ring.h — a connection's shared-memory rings: frames between two processes without a system call each.
  * Not public API.
  *
- * A busy connection between two version 4 peers moves its frames through memory both processes map: a memfd the
+ * A busy connection between two version 5 peers moves its frames through memory both processes map: a memfd the
  * client makes, sealed against shrinking and growing, holding one ring per direction. A ring carries *records*,
  * each a packet exactly as the socket would carry it (one frame, or several packed), so the frame handling
  * behind it is the socket's. A packet with descriptors cannot cross through memory: its record is a *mark*, and
  * the packet itself follows on the socket, so that order holds across the two paths.
  *
  * Waking: each side has a *bell* that its readers (the transport thread, the port sets the connection feeds) watch,
- * edge-triggered: the read end of a pipe whose write end the peer keeps (pl_ring.c says why a pipe). A reader that
- * finds its ring empty *arms* it before it stops looking, and a writer that takes the arm rings the peer's bell (a
- * byte into the pipe): a reader that is still at work costs the writer no system call, and a stream costs one per
+ * edge-triggered: an eventfd it made and gave the peer a copy of, rung by writing zero (pl_ring.c says why). A
+ * reader that finds its ring empty *arms* it before it stops looking, and a writer that takes the arm rings the
+ * peer's bell: a reader that is still at work costs the writer no system call, and a stream costs one per
  * pass of the reader, not one per message. A writer that finds no room asks to be told; the reader that makes room
  * rings the writer's bell, and whoever answers that bell on the writer's side sends what waited.
  *
@@ -53,30 +53,29 @@ typedef enum pl_ring_put_result {
     PL_RING_CORRUPT,          /* the peer broke the ring's rules (an index out of bounds) */
 } pl_ring_put_result_t;
 
-/* Opens what emptying bells needs (/dev/null, once per process). false when it cannot (no descriptor left). */
-bool pl_ring_prepare(void);
-
-/* The client's side: a new memfd of PL_RING_MAP_BYTES (sealed against shrinking and growing), mapped, and the pipe
- * this side rings the peer's readers with. *out_memfd and *out_bell (the pipe's read end) are to be sent to the
- * peer, then closed by the caller; the ring keeps the write end. PL_ERR_SYSTEM (errno kept) or PL_ERR_NO_MEMORY:
- * nothing is left open. */
-pl_status_t pl_ring_create(pl_ring_t **out, int *out_memfd, int *out_bell);
+/* The client's side: a new memfd of PL_RING_MAP_BYTES (sealed against shrinking and growing), mapped, and this
+ * side's bell, an eventfd the ring keeps for its readers to watch. *out_memfd and *out_ringer (a copy of the bell,
+ * for the peer to ring it through) are to be sent to the peer, then closed by the caller. PL_ERR_SYSTEM (errno
+ * kept) or PL_ERR_NO_MEMORY: nothing is left open. */
+pl_status_t pl_ring_create(pl_ring_t **out, int *out_memfd, int *out_ringer);
 
 /* The service's side: checks a memfd the client sent (a memfd, sealed against shrinking and growing but not against
- * writing, exactly PL_RING_MAP_BYTES long, holding a ring of this layout) and maps it, with a pipe of its own to
- * ring the client with (*out_bell, its read end, to be sent back and then closed by the caller). NULL with *reason
- * when the memfd is not one (the peer broke the protocol: *peer_fault) or when this process lacks memory or
- * descriptors (not the peer's fault: the offer is declined). The caller keeps `memfd` and closes it. */
-pl_ring_t *pl_ring_adopt(int memfd, int *out_bell, bool *peer_fault, const char **reason);
+ * writing, exactly PL_RING_MAP_BYTES long, holding a ring of this layout) and maps it, with a bell of its own
+ * (*out_ringer, its copy for the client, to be sent back and then closed by the caller). NULL with *reason when the
+ * memfd is not one (the peer broke the protocol: *peer_fault) or when this process lacks memory or descriptors (not
+ * the peer's fault: the offer is declined). The caller keeps `memfd` and closes it. */
+pl_ring_t *pl_ring_adopt(int memfd, int *out_ringer, bool *peer_fault, const char **reason);
 
-/* Takes this side's bell, the read end of the pipe the peer rings it with (a descriptor the peer sent): checks that
- * it is one, and keeps it. false with *reason when it is not, or when the ring has its bell already; the caller
- * still owns `fd` then. */
-bool pl_ring_take_peer_bell(pl_ring_t *ring, int fd, const char **reason);
+/* Takes the peer's bell, the descriptor it sent for this side to ring it through: checks that it is an eventfd, and
+ * keeps it. false with *reason when it is not, or when the ring has one already (the peer broke the protocol:
+ * *peer_fault), or when this process cannot tell (no /proc: not the peer's fault); the caller still owns `fd`. */
+bool pl_ring_take_ringer(pl_ring_t *ring, int fd, bool *peer_fault, const char **reason);
 
-/* This side's bell, once taken (-1 before): watched by its readers, edge-triggered, and emptied by the ring itself
- * now and then. */
+/* This side's bell: watched by its readers, edge-triggered. */
 int pl_ring_bell(const pl_ring_t *ring);
+
+/* How many times this side has rung the peer's bell. */
+uint64_t pl_ring_rung(pl_ring_t *ring);
 
 /* Unmaps and closes everything (no reader or writer may be using it). NULL is ignored. */
 void pl_ring_free(pl_ring_t *ring);

@@ -215,8 +215,6 @@ pl_status_t pl_transport_start(void) {
             status = PL_ERR_NO_MEMORY;
         } else if (epoll_fd < 0) {
             status = pl_system_failure("epoll_create1");
-        } else if (!pl_ring_prepare()) {
-            status = pl_system_failure("open(/dev/null)"); /* where shared rings' bells are emptied */
         } else if (wake_fd < 0) {
             status = pl_system_failure("eventfd");
         } else if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &wake) != 0) {

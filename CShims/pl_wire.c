@@ -90,8 +90,8 @@ static bool pl_decode_hello(const uint8_t *body, size_t size, pl_wire_frame_t *f
         *reason = "hello: unsupported version"; return false;
     }
     if (hello->status > PL_HELLO_FULL) { *reason = "hello: unknown status"; return false; }
-    /* Frames of versions 1 to 4 are at most PL_WIRE_MAX_FRAME bytes either way; the field lets a later version differ. */
-    if (hello->max_frame != PL_WIRE_MAX_FRAME) { *reason = "hello: a largest frame versions 1 to 4 do not use"; return false; }
+    /* Frames of versions 1 to 5 are at most PL_WIRE_MAX_FRAME bytes either way; the field lets a later version differ. */
+    if (hello->max_frame != PL_WIRE_MAX_FRAME) { *reason = "hello: a largest frame versions 1 to 5 do not use"; return false; }
     if (!pl_right_valid(body + 12, true, false, false, reason)) return false;
     hello->bootstrap = pl_read_right(body + 12);
     if (hello->bootstrap.kind == PL_RIGHT_YOURS) { *reason = "hello: bootstrap names a right of the receiver"; return false; }

@@ -11,9 +11,11 @@
  * doing (or just for an echo, timing the round trip). Version 3 adds send-once rights (a reply right flagged
  * PL_RIGHT_ONCE, a MESSAGE flagged PL_FRAME_ONCE that uses one up, ONCE_GONE for one released unused), the
  * OUT_OF_LINE message flag (the payload travels as a sealed memfd beside the frame, not in it) and packed
- * packets; a side sends these only to a peer that said version 3. Version 4 adds the shared-memory rings
+ * packets; a side sends these only to a peer that said version 3. Version 4 added the shared-memory rings
  * (pl_ring.h): RING_OFFER, RING_ACCEPT, RING_REFUSE and RING_START move a busy connection's frames from the socket
- * into memory both processes map. The whole layout, with the reasons, is in the documentation's "The wire"
+ * into memory both processes map. Version 5 changed what their bells are (an eventfd each side makes, where
+ * version 4 had pipes the ringing side made): a side moves to rings only with a peer that said 5, and answers a
+ * version 4 peer's offer with RING_REFUSE. The whole layout, with the reasons, is in the documentation's "The wire"
  * article.
  *
  * Rights are named by handles: small numbers that the port's owner gave out on this connection, valid on it
@@ -31,11 +33,11 @@
 #include <stdint.h>
 
 #define PL_WIRE_MAGIC 0x50494c50u      /* the bytes "PLIP" */
-#define PL_WIRE_VERSION 4u           /* what this side says in its HELLO */
+#define PL_WIRE_VERSION 5u           /* what this side says in its HELLO */
 #define PL_WIRE_VERSION_MIN 1u       /* the oldest a peer may say: version 1 has everything but PROBE / STATUS */
 #define PL_WIRE_VERSION_PACKED 3u    /* from version 3 a packet without descriptors may hold several frames */
 #define PL_WIRE_VERSION_OUT_OF_LINE 3u /* the first version whose peers take PL_FRAME_OUT_OF_LINE messages */
-#define PL_WIRE_VERSION_RING 4u      /* the first version whose peers move frames through shared-memory rings */
+#define PL_WIRE_VERSION_RING 5u      /* the first version whose rings this side shares (bells of eventfds) */
 #define PL_WIRE_MAX_FRAME 65536u       /* largest frame either side sends or accepts, header included */
 #define PL_WIRE_MAX_ATTACHMENTS 64u    /* rights and descriptors per message, the reply right not counted */
 #define PL_WIRE_HANDLE_NONE 0xffffffffu /* never a handle, nor is 0: handles are 1 … 2^32 - 2 */
@@ -59,10 +61,10 @@ typedef enum pl_frame_type {
     PL_FRAME_PROBE = 9,    /* client → service (version 2): how is the service? answer `seq`, echo `echo` bytes */
     PL_FRAME_STATUS = 10,  /* service → client (version 2): the answer to PROBE `seq` */
     PL_FRAME_ONCE_GONE = 11, /* holder → owner (version 3): a send-once right for `handle` was released unused */
-    PL_FRAME_RING_OFFER = 12,  /* client → service (version 4): the rings' memfd and the client's bell, beside it */
-    PL_FRAME_RING_ACCEPT = 13, /* service → client (version 4): the service's bell beside it; its frames go by ring */
+    PL_FRAME_RING_OFFER = 12,  /* client → service (version 5): the rings' memfd and the client's bell, beside it */
+    PL_FRAME_RING_ACCEPT = 13, /* service → client (version 5): the service's bell beside it; its frames go by ring */
     PL_FRAME_RING_REFUSE = 14, /* service → client (version 4): not now; the client may offer again later */
-    PL_FRAME_RING_START = 15,  /* client → service (version 4): the client's frames go by ring from here on */
+    PL_FRAME_RING_START = 15,  /* client → service (version 5): the client's frames go by ring from here on */
 } pl_frame_type_t;
 
 /* MESSAGE flags */

@@ -2,7 +2,7 @@
  * pl_fuzz_ring.c — a fuzz harness for a connection's shared-memory rings against a hostile peer (libFuzzer).
  *
  * Each input makes the two sides of a ring as a connection does: the client's (pl_ring_create) and the service's
- * (pl_ring_adopt on the same memfd), each with the read end of the other's bell pipe for its bell (a connection
+ * (pl_ring_adopt on the same memfd), each ringing the other through the bell the other made (a connection
  * sends it), plus a third mapping of the memfd: the memory as a hostile service sees it, plain bytes. The input is
  * a sequence of operations:
  *
@@ -24,14 +24,14 @@
  *                                                 whole ring, both to the least a writer may have
  *   3 take  count:u8                              the side takes count records, or with 0 until it gets EMPTY
  *   4 done                                        pl_ring_done_reading
- *   5 arm                                         pl_ring_arm, the rings its bell holds forgotten just before
+ *   5 arm                                         pl_ring_arm, the rings of its bell so far forgotten just before
  *   6 block                                       the side's bell (its description, which the peer shares)
  *                                                 made blocking, or nonblocking again: the peer can, and it
  *                                                 changes nothing
  *   7 disarm                                      pl_ring_disarm: the side looks at its ring (a polling loop)
  *
- * A bell is never read here, as in a connection: a ring is a byte in the pipe, counted with FIONREAD, and the ring
- * empties it itself every 256th arm of its side. A poke or add that changes a byte is the hostile peer at work;
+ * A bell is never read here, as in a connection: a ring writes zero to the peer's eventfd, and the rings of a side's
+ * bell are its peer's count of them (pl_ring_rung). A poke or add that changes a byte is the hostile peer at work;
  * until the first, both sides keep the rules, and a model of each direction (what was put and not yet taken)
  * holds the results to the exact ones. Checked, aborting on a violation:
  *   - take gives a packet only of 8 to PL_WIRE_MAX_FRAME bytes, BROKEN only with a reason; a side that got
@@ -42,8 +42,7 @@
  *     puts are never CORRUPT, takes never BROKEN; a writer writes nothing past the farthest reach it has put
  *     with; a reader that armed and then finds bytes waiting had its bell rung; a reader that disarmed, until it
  *     arms again, has its bell rung by no put; a writer that got FULL has its bell rung by the reader's next done;
- *   - always: a bell only fills between its side's arms, each 256th of which leaves it empty, whether its
- *     description blocks or not; no operation blocks (a 10 s timer per input aborts, rather than libFuzzer's
+ *   - always: an arm rings nothing, whether the side's bell's description blocks or not; no operation blocks (a 10 s timer per input aborts, rather than libFuzzer's
  *     timeout after 20 minutes).
  * Out-of-bounds accesses are AddressSanitizer's; everything is freed at the end of each input (LeakSanitizer).
  *
@@ -66,7 +65,6 @@
 
 #define MAX_RECORDS (PL_RING_BYTES / PL_RING_RECORD_HEADER) /* the most a ring holds: marks only */
 #define LEAST_REACH (PL_WIRE_MAX_FRAME + 2 * PL_RING_RECORD_HEADER) /* a record, and a pad's header after it */
-#define DRAIN_EVERY 256 /* a side's arms that empty its bell: PL_BELL_DRAIN_EVERY in pl_ring.c */
 
 static void fail(const char *what, int line) {
     fprintf(stderr, "pl_fuzz_ring: check failed at line %d: %s\n", line, what);
@@ -90,8 +88,7 @@ typedef struct {
     bool looking;          /* disarmed, not armed since: the peer's puts ring no bell */
     bool full;             /* a put got FULL: the peer's next done rings this side's bell */
     uint64_t banked;       /* rings counted off this side's bell since it armed (rings for room as well) */
-    uint32_t bell_seen;    /* the bytes its bell held when last counted */
-    uint32_t arms;         /* its pl_ring_arm calls */
+    uint64_t bell_seen;    /* its bell's rings when last counted */
     uint32_t reach_most;   /* the farthest reach its writer has put with: nothing is written past it */
     model_t in;            /* the records the other side put for this one */
 } side_t;
@@ -107,17 +104,12 @@ static uint32_t record_bytes(uint32_t length) {
     return PL_RING_RECORD_HEADER + (length == UINT32_MAX ? 0 : (length + 7u) & ~7u);
 }
 
-/* The bytes in a side's bell: a byte a ring. */
-static uint32_t bell_bytes(side_t *side) {
-    int bytes = -1;
-    CHECK(ioctl(pl_ring_bell(side->ring), FIONREAD, &bytes) == 0 && bytes >= 0);
-    return (uint32_t)bytes;
-}
+/* The rings of a side's bell so far: the other side's count of them. */
+static uint64_t bell_bytes(side_t *side) { return pl_ring_rung(sides[side == &sides[0]].ring); }
 
-/* The rings of a side's bell since it was last counted: only its own arms empty it. */
+/* The rings of a side's bell since it was last counted. */
 static uint64_t bell_read(side_t *side) {
-    uint32_t now = bell_bytes(side);
-    CHECK(now >= side->bell_seen);
+    uint64_t now = bell_bytes(side);
     uint64_t rings = now - side->bell_seen;
     side->bell_seen = now;
     return rings;
@@ -170,7 +162,7 @@ static void put(side_t *writer, side_t *reader, bool hostile, uint32_t flags, ui
     length = PL_WIRE_HEADER_SIZE + length % (PL_WIRE_MAX_FRAME - PL_WIRE_HEADER_SIZE + 1);
     size_t head_length = (size_t)length * split / 255;
     const uint8_t *bytes = content(writer->next_seq);
-    uint32_t bell_before = bell_bytes(reader);
+    uint64_t bell_before = bell_bytes(reader);
     pl_ring_put_result_t result = pl_ring_put(writer->ring, bytes, head_length, bytes + head_length,
                                               length - head_length, mark); /* a mark ignores the bytes */
     if (mark) length = UINT32_MAX;
@@ -258,15 +250,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         sides[i].in.first = sides[i].in.count = sides[i].in.bytes = 0;
     }
     side_t *client = &sides[0], *service = &sides[1];
-    int memfd, client_bell, service_bell;
+    int memfd, client_ringer, service_ringer;
     bool peer_fault;
     const char *reason;
-    if (pl_ring_create(&client->ring, &memfd, &client_bell) != PL_OK) fail("pl_ring_create", __LINE__);
-    service->ring = pl_ring_adopt(memfd, &service_bell, &peer_fault, &reason);
+    if (pl_ring_create(&client->ring, &memfd, &client_ringer) != PL_OK) fail("pl_ring_create", __LINE__);
+    service->ring = pl_ring_adopt(memfd, &service_ringer, &peer_fault, &reason);
     if (service->ring == NULL) fail(reason, __LINE__);
-    /* Each side's read end becomes the other's bell, as a connection sends it. */
-    if (!pl_ring_take_peer_bell(client->ring, service_bell, &reason) ||
-        !pl_ring_take_peer_bell(service->ring, client_bell, &reason)) {
+    /* Each side rings the other through the bell the other made, as a connection sends it. */
+    if (!pl_ring_take_ringer(client->ring, service_ringer, &peer_fault, &reason) ||
+        !pl_ring_take_ringer(service->ring, client_ringer, &peer_fault, &reason)) {
         fail(reason, __LINE__);
     }
     uint8_t *view = mmap(NULL, PL_RING_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
@@ -340,12 +332,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             bell_read(self);
             self->banked = 0;
             d = pl_ring_arm(self->ring);
-            /* Nothing rings meanwhile (one thread): the bell as it was, or emptied on each 256th arm. */
-            uint32_t left = bell_bytes(self);
-            if (trace) fprintf(stderr, "%s: arm: %s, its bell %u bytes\n", self == client ? "client" : "service",
-                               d ? "more came" : "armed", left);
-            CHECK(++self->arms % DRAIN_EVERY == 0 ? left == 0 : left == self->bell_seen);
-            self->bell_seen = left;
+            /* Nothing rings meanwhile (one thread), and an arm rings nothing. */
+            if (trace) fprintf(stderr, "%s: arm: %s\n", self == client ? "client" : "service",
+                               d ? "more came" : "armed");
+            CHECK(bell_bytes(self) == self->bell_seen);
             CHECK(hostile || d || self->in.count == 0);
             self->idle = !d;
             self->looking = false;

@@ -4,7 +4,7 @@ import CPortLoop
 ///
 /// Between two processes of this release, a busy connection's frames go through two rings in a memfd both
 /// processes map, one per direction: a message costs its sender a copy into the ring, and a system call only when
-/// the receiving side had stopped looking (then a byte into a pipe wakes it), instead of a socket send and a socket receive
+/// the receiving side had stopped looking (then a write to its eventfd wakes it), instead of a socket send and a socket receive
 /// each. Messages with descriptors still cross the socket, in order with the rest. A connection that has a ring
 /// holds 516 KiB of shared memory (2 MiB once it has carried a message of 16 KiB or more, whose fragments then
 /// flow through the whole rings) and three more descriptors in each process, so a connection gets one only once it
