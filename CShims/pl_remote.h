@@ -547,6 +547,7 @@ struct pl_service {
     atomic_bool unlinked;     /* the socket's name is gone (by whoever destroyed the port, or the withdrawal) */
     void *withdraw_command;   /* the transport's, made when it lists the service: the withdrawal needs no memory */
     struct pl_service *next;
+    struct pl_service *next_paused; /* among the services paused while descriptors are short (the transport thread's) */
 };
 
 void pl_service_release(pl_service_t *service);

@@ -93,9 +93,13 @@ static pthread_mutex_t pl_fork_gate = PTHREAD_MUTEX_INITIALIZER;
 /* Connections ended and services withdrawn during a batch of events, freed after it (the transport thread's). */
 static pl_conn_t *pl_graveyard;
 static pl_service_t *pl_withdrawn;
-/* Services whose listening socket is out of the epoll while descriptors are short (accept said EMFILE). */
-static pl_service_t *pl_paused[64];
-static uint32_t pl_paused_count;
+/* Services whose listening socket is out of the epoll while descriptors are short (accept said EMFILE), linked
+ * through next_paused, each with a reference: however many there are, since one left in would wake the transport
+ * at once again and again. They are put back when pl_resume_at comes, not at every wake-up: put back, they are
+ * ready at once, and more of them than one wait reports would keep the transport taking turns between them. */
+#define PL_PAUSE_NS 100000000LL
+static pl_service_t *pl_paused;
+static int64_t pl_resume_at;
 /* The transport thread's frame buffer, made by pl_transport_start before the thread, so that a transport that
  * starts can always read: it is where work goes that another thread cannot do for want of a buffer. A child of
  * fork() keeps its copy for its own transport. */
@@ -165,7 +169,7 @@ static void pl_transport_after_fork_child(void) {
     pl_resting = NULL;
     pl_graveyard = NULL;
     pl_withdrawn = NULL;
-    pl_paused_count = 0;
+    pl_paused = NULL;
     pthread_mutex_unlock(&pl_fork_gate);
     pthread_mutex_unlock(&T.lock);
 }
@@ -641,17 +645,28 @@ static bool pl_is_withdrawn(const pl_service_t *service) {
     return false;
 }
 
-/* Puts paused listeners back: a look now and then until descriptors are free again. */
-static void pl_resume_listeners(void) {
-    for (uint32_t i = 0; i < pl_paused_count; i++) {
-        pl_service_t *service = pl_paused[i];
+/* Puts paused listeners back: a look now and then until descriptors are free again. One whose watch cannot be
+ * made (no memory, or the user's epoll watches used up) stays paused for the next look: dropped, it would never be
+ * watched again. */
+static void pl_resume_listeners(int64_t now) {
+    if (pl_paused == NULL || now < pl_resume_at) return;
+    pl_service_t *paused = pl_paused;
+    pl_paused = NULL;
+    pl_resume_at = now + PL_PAUSE_NS;
+    while (paused != NULL) {
+        pl_service_t *service = paused;
+        paused = service->next_paused;
+        service->next_paused = NULL;
         if (!service->withdrawn) {
             struct epoll_event event = { .events = EPOLLIN, .data.u64 = (uint64_t)(uintptr_t)service | PL_TAG_SERVICE };
-            epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, service->listen_fd, &event);
+            if (epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, service->listen_fd, &event) != 0 && errno != EEXIST) {
+                service->next_paused = pl_paused;
+                pl_paused = service;
+                continue;
+            }
         }
         pl_service_release(service);
     }
-    pl_paused_count = 0;
 }
 
 /* ---- resting: streams left to the sets they feed (see the top) ------------------------------------- */
@@ -934,12 +949,13 @@ static void pl_accept_on(pl_service_t *service) {
         }
         pl_transport_pending_drop(&pending);
         if (errno == EINTR || errno == ECONNABORTED) continue;
-        if ((errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) &&
-            pl_paused_count < sizeof pl_paused / sizeof pl_paused[0]) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
             /* The backlog keeps the peer waiting; the listener, level-triggered, would wake us at once again. */
             epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, service->listen_fd, NULL);
             atomic_fetch_add_explicit(&service->refs, 1, memory_order_relaxed);
-            pl_paused[pl_paused_count++] = service;
+            if (pl_paused == NULL) pl_resume_at = pl_now_ns() + PL_PAUSE_NS;
+            service->next_paused = pl_paused;
+            pl_paused = service;
         }
         return; /* EAGAIN: done */
     }
@@ -1020,15 +1036,20 @@ static void *pl_transport_main(void *unused) {
     int rest = -1;
     for (;;) {
         int sweep = pl_sweep_timeout(timed_out);
-        bool looks = pl_paused_count > 0 || atomic_load_explicit(&pl_room_unwatched, memory_order_relaxed);
+        bool looks = atomic_load_explicit(&pl_room_unwatched, memory_order_relaxed);
         int timeout = looks && (sweep < 0 || sweep > 100) ? 100 : sweep;
+        if (pl_paused != NULL) {
+            int64_t due = pl_resume_at - pl_now_ns();
+            int resume = due > 0 ? (int)((due + 999999) / 1000000) : 0;
+            if (timeout < 0 || resume < timeout) timeout = resume;
+        }
         /* A wait cut short for a rest is not the sweep's: the sweep stays armed (see pl_sweep_timeout). */
         bool for_rest = rest >= 0 && (timeout < 0 || rest < timeout);
         if (for_rest) timeout = rest;
         int n = epoll_wait(T.epoll_fd, events, 64, timeout);
         timed_out = n == 0 && !for_rest;
         int64_t now = pl_now_ns();
-        pl_resume_listeners();
+        pl_resume_listeners(now);
         pl_watch_room_again(now);
         pl_sweep_idle_proxies();
         for (int i = 0; i < n; i++) {

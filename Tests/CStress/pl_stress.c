@@ -113,6 +113,10 @@
  *                            connects anew instead of taking a right that dies at once
  *   room_watch_without_descriptor  a message queued behind a full socket while descriptors are used up (no
  *                            duplicate to watch for room with) leaves once room and descriptors are back
+ *   listeners_paused         72 services whose peers wait while descriptors are used up: the transport thread
+ *                            does not spin on their failing accepts (its time, running or waiting to run, over
+ *                            200 ms), and once descriptors are back each peer is welcomed, services withdrawn
+ *                            meanwhile left out (not under valgrind, whose limit on descriptors drops the peers)
  *   peer_stops_reading       a peer that shuts its reading side (SHUT_RD), socket kept open, while messages wait
  *                            for room: the connection ends, and a sender waiting for room is told so
  *   refused_before_watched   the same refusal met by a connection's hello before the transport watches it: the
@@ -4403,6 +4407,151 @@ static void room_watch_without_descriptor_body(void) {
 }
 static void scenario_room_watch_without_descriptor(void) { run_in_own_process(room_watch_without_descriptor_body); }
 
+/* ---- listeners_paused ------------------------------------------------------------------------------ */
+
+/* With descriptors used up, a service whose accept fails has its listening socket taken out of the transport's
+ * epoll until they are back: level-triggered, it would wake the transport at once again. So is every such service,
+ * however many: one left in keeps the transport thread spinning. Once descriptors are back, each peer still queued
+ * is welcomed; services withdrawn meanwhile are not put back. */
+enum { PAUSED_SERVICES = 72, PAUSED_WITHDRAWN = 8 };
+
+/* The transport thread's id (it is named portloop-ipc), or -1. */
+static pid_t transport_tid(void) {
+    pid_t found = -1;
+    DIR *tasks = opendir("/proc/self/task");
+    CHECK(tasks != NULL);
+    for (struct dirent *entry; tasks != NULL && found < 0 && (entry = readdir(tasks)) != NULL;) {
+        if (entry->d_name[0] == '.') continue;
+        char path[64], name[32] = "";
+        pid_t tid = (pid_t)atoi(entry->d_name);
+        snprintf(path, sizeof path, "/proc/self/task/%d/comm", (int)tid);
+        FILE *comm = fopen(path, "re");
+        if (comm == NULL) continue;
+        if (fgets(name, sizeof name, comm) != NULL && strcmp(name, "portloop-ipc\n") == 0) found = tid;
+        fclose(comm);
+    }
+    if (tasks != NULL) closedir(tasks);
+    return found;
+}
+
+/* Nanoseconds thread `tid` of this process has been running or, where the kernel keeps schedstat (`schedstat`, read
+ * again from its start), waiting to run: a thread that spins is busy the whole time, however loaded the machine. */
+static int64_t thread_busy_ns(pid_t tid, int schedstat) {
+    clockid_t clock = (clockid_t)((~(unsigned)tid << 3) | 6u); /* its CPU clock, as pthread_getcpuclockid makes one */
+    struct timespec ts = { 0 };
+    CHECK(clock_gettime(clock, &ts) == 0);
+    int64_t busy = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    char text[128];
+    ssize_t n = schedstat >= 0 ? pread(schedstat, text, sizeof text - 1, 0) : -1;
+    unsigned long long ran, waited;
+    if (n > 0) {
+        text[n] = '\0';
+        if (sscanf(text, "%llu %llu", &ran, &waited) == 2) busy += (int64_t)waited;
+    }
+    return busy;
+}
+
+static void listeners_paused_body(void) {
+    char dir[] = "/tmp/pl-stress-paused-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    pl_port_t *ports[PAUSED_SERVICES];
+    int clients[PAUSED_SERVICES];
+    struct sockaddr_un addresses[PAUSED_SERVICES];
+    for (int i = 0; i < PAUSED_SERVICES; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "p%02d", i);
+        ports[i] = new_port(4);
+        CHECK_OK(pl_service_check_in(dir, name, ports[i], NULL));
+        addresses[i] = (struct sockaddr_un){ .sun_family = AF_UNIX };
+        snprintf(addresses[i].sun_path, sizeof addresses[i].sun_path, "%s/%s", dir, name);
+        clients[i] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0); /* made now: connecting needs none */
+        CHECK(clients[i] >= 0);
+    }
+    pid_t tid = transport_tid();
+    CHECK(tid > 0);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/schedstat", (int)tid);
+    int schedstat = open(path, O_RDONLY | O_CLOEXEC); /* -1: the CPU time alone */
+    /* A listener of the test's own, to tell a real shortage from valgrind's: valgrind only emulates the limit (the
+     * kernel accepts, and valgrind closes what it accepted, so a peer that waits is dropped, not kept waiting). */
+    int probe = fake_service_listen(dir, "probe"), probe_client = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    CHECK(probe_client >= 0);
+
+    /* Every descriptor in use: each peer waits in its service's backlog, and each accept fails. */
+    struct rlimit saved, low;
+    CHECK(getrlimit(RLIMIT_NOFILE, &saved) == 0);
+    low = saved;
+    low.rlim_cur = (rlim_t)open_descriptors() + 16;
+    CHECK(low.rlim_cur <= saved.rlim_cur && setrlimit(RLIMIT_NOFILE, &low) == 0);
+    enum { HELD = 64 };
+    int held[HELD], n = 0;
+    while (n < HELD && (held[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0) n++;
+    CHECK(n < HELD);
+    struct sockaddr_un probe_address = { .sun_family = AF_UNIX };
+    snprintf(probe_address.sun_path, sizeof probe_address.sun_path, "%s/probe", dir);
+    CHECK(connect(probe_client, (struct sockaddr *)&probe_address, sizeof probe_address) == 0);
+    int refused = accept4(probe, NULL, NULL, SOCK_CLOEXEC);
+    CHECK(refused < 0 && errno == EMFILE);
+    struct pollfd probe_waits = { .fd = probe, .events = POLLIN };
+    bool kernel_short = poll(&probe_waits, 1, 0) == 1;
+    for (int i = 0; i < PAUSED_SERVICES; i++) {
+        CHECK(connect(clients[i], (struct sockaddr *)&addresses[i], sizeof addresses[i]) == 0);
+    }
+    /* The transport meets each failing accept; a listener it left in would wake it at once again, and again. */
+    sleep_us(100000);
+    int64_t busy = thread_busy_ns(tid, schedstat), wall = now_ns();
+    sleep_us(200000);
+    busy = thread_busy_ns(tid, schedstat) - busy;
+    wall = now_ns() - wall;
+    if (busy * 4 > wall) {
+        fprintf(stderr, "  the transport thread was busy %.0f ms of %.0f while descriptors were short\n",
+                (double)busy / 1e6, (double)wall / 1e6);
+    }
+    CHECK(busy * 4 <= wall);
+
+    /* Withdrawn while paused (their descriptors, closed, let another service or two accept meanwhile). */
+    for (int i = PAUSED_SERVICES - PAUSED_WITHDRAWN; i < PAUSED_SERVICES; i++) CHECK_OK(pl_port_destroy(ports[i]));
+    sleep_us(150000); /* a look at the paused listeners */
+    for (int i = 0; i < n; i++) close(held[i]);
+    CHECK(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+
+    /* Descriptors are back: every peer still queued is accepted and welcomed. */
+    int welcomed = 0, expected = kernel_short ? PAUSED_SERVICES - PAUSED_WITHDRAWN : 0;
+    int64_t deadline = now_ns() + 5000 * MS;
+    for (int i = 0; i < expected; i++) {
+        struct pollfd ready = { .fd = clients[i], .events = POLLIN };
+        int64_t left = deadline - now_ns();
+        uint8_t packet[256];
+        ssize_t got = poll(&ready, 1, left > 0 ? (int)(left / MS) : 0) == 1
+                          ? recv(clients[i], packet, sizeof packet, MSG_DONTWAIT) : -1;
+        pl_wire_frame_t frame;
+        const char *why;
+        if (got > 0 && pl_wire_decode(packet, (size_t)got, 0, &frame, &why) && frame.type == PL_FRAME_HELLO &&
+            frame.u.hello.status == PL_HELLO_WELCOME) {
+            welcomed++;
+        }
+    }
+    if (welcomed != expected) {
+        fprintf(stderr, "  %d of %d peers queued while descriptors were short were welcomed\n", welcomed, expected);
+    }
+    CHECK(welcomed == expected);
+
+    for (int i = 0; i < PAUSED_SERVICES; i++) close(clients[i]);
+    for (int i = 0; i < PAUSED_SERVICES - PAUSED_WITHDRAWN; i++) CHECK_OK(pl_port_destroy(ports[i]));
+    if (schedstat >= 0) close(schedstat);
+    if (refused >= 0) close(refused);
+    close(probe_client);
+    close(probe);
+    unlink(probe_address.sun_path);
+    for (int i = 0; i < PAUSED_SERVICES; i++) {
+        unlink(addresses[i].sun_path);
+        snprintf(path, sizeof path, "%s/.p%02d.lock", dir, i);
+        unlink(path);
+    }
+    CHECK(rmdir(dir) == 0);
+}
+static void scenario_listeners_paused(void) { run_in_own_process(listeners_paused_body); }
+
 /* ---- peer_stops_reading ------------------------------------------------------------------------ */
 
 static void *proxy_sender_16k_3s(void *raw) {
@@ -5090,6 +5239,7 @@ int main(int argc, char **argv) {
         { "want_answered_by_right", scenario_want_answered_by_right },
         { "unused_client_ends", scenario_unused_client_ends },
         { "room_watch_without_descriptor", scenario_room_watch_without_descriptor },
+        { "listeners_paused", scenario_listeners_paused },
         { "peer_stops_reading", scenario_peer_stops_reading },
         { "refused_before_watched", scenario_refused_before_watched },
         { "fork_with_queued_descriptor", scenario_fork_with_queued_descriptor },
