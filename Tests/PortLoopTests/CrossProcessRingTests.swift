@@ -3,6 +3,9 @@ import PortLoop
 import Testing
 #if canImport(Glibc)
 import Glibc
+
+/// glibc's eventfd(2), which the Glibc module does not bring in.
+@_silgen_name("eventfd") private func makeEventfd(_ count: UInt32, _ flags: Int32) -> Int32
 #endif
 
 /// Busy connections move their messages into shared-memory rings: what crosses, in what order, and what a peer
@@ -285,6 +288,30 @@ struct CrossProcessRingTests {
         return (n > 0 ? Array(buffer[0..<n]) : [], descriptor)
     }
 
+    @Test("a version 4 client's offer, whose bell is a pipe, is refused, and the connection goes on by socket")
+    func versionFourOfferRefused() throws {
+        typealias Raw = CrossProcessMisbehaviourTests.RawPeer
+        let saved = PortNamespace.sharedRings
+        defer { PortNamespace.sharedRings = saved }
+        PortNamespace.sharedRings = .whenBusy
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("old", queueLimit: 64)
+        let raw = try Raw(path: space.path + "/old")
+        #expect(raw.send(Raw.frame(1, Raw.le32(0x50494C50) + [4, 0, 0, 0] + Raw.le32(65536) + [UInt8](repeating: 0, count: 16))))
+        #expect(Self.receive(raw.fd).bytes.first == 1)
+        let memfd = Self.makeMemfd(bytes: Layout.mapBytes, seals: 0x7)
+        var pipeEnds: [Int32] = [-1, -1]
+        try #require(memfd >= 0 && pipe(&pipeEnds) == 0)
+        defer { close(memfd); close(pipeEnds[0]); close(pipeEnds[1]) }
+        #expect(Self.send(raw.fd, Raw.frame(12, Raw.le32(UInt32(Layout.ringBytes)) + Raw.le32(0)), descriptors: [memfd, pipeEnds[0]]))
+        let answer = Self.receive(raw.fd)
+        #expect(answer.bytes.first == 14 && answer.descriptor == -1) // RING_REFUSE
+        // The connection serves on: a message by socket arrives.
+        #expect(raw.send(Raw.message(to: 1)))
+        let delivered = try port.receive(timeout: .seconds(10))
+        #expect(delivered.id == 7 && delivered.payload == [42])
+    }
+
     @Test("a peer that breaks the ring is cut off, and the service serves everyone else",
           arguments: ["a write index past the ring", "a record of no known kind", "an unsealed memfd"])
     func brokenRing(_ fault: String) throws {
@@ -295,21 +322,21 @@ struct CrossProcessRingTests {
         let space = TemporaryNamespace()
         let port = try space.namespace.checkIn("ringed", queueLimit: 64)
         let raw = try Raw(path: space.path + "/ringed")
-        // Version 4's hello, then the service's.
-        #expect(raw.send(Raw.frame(1, Raw.le32(0x50494C50) + [4, 0, 0, 0] + Raw.le32(65536) + [UInt8](repeating: 0, count: 16))))
+        // Version 5's hello, then the service's.
+        #expect(raw.send(Raw.frame(1, Raw.le32(0x50494C50) + [5, 0, 0, 0] + Raw.le32(65536) + [UInt8](repeating: 0, count: 16))))
         #expect(Self.receive(raw.fd).bytes.first == 1)
 
         let memfd = Self.makeMemfd(bytes: Layout.mapBytes, seals: fault == "an unsealed memfd" ? 0 : 0x7)
-        // The bell this side rings the service with: a pipe whose read end goes to the service.
-        var bell: [Int32] = [-1, -1]
-        try #require(memfd >= 0 && pipe(&bell) == 0)
-        defer { close(memfd); close(bell[0]); close(bell[1]) }
+        // This side's bell, an eventfd the service is to ring; the service's comes back with its acceptance.
+        let bell = makeEventfd(1, O_CLOEXEC) // EFD_CLOEXEC is O_CLOEXEC
+        try #require(memfd >= 0 && bell >= 0)
+        defer { close(memfd); close(bell) }
         let map = try #require(mmap(nil, Layout.mapBytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0))
         defer { munmap(map, Layout.mapBytes) }
         map.storeBytes(of: UInt32(0x474E_5252), toByteOffset: 0, as: UInt32.self) // "RRNG", layout 1, the ring size
         map.storeBytes(of: UInt32(1), toByteOffset: 4, as: UInt32.self)
         map.storeBytes(of: UInt32(Layout.ringBytes), toByteOffset: 8, as: UInt32.self)
-        #expect(Self.send(raw.fd, Raw.frame(12, Raw.le32(UInt32(Layout.ringBytes)) + Raw.le32(0)), descriptors: [memfd, bell[0]]))
+        #expect(Self.send(raw.fd, Raw.frame(12, Raw.le32(UInt32(Layout.ringBytes)) + Raw.le32(0)), descriptors: [memfd, bell]))
 
         if fault != "an unsealed memfd" {
             let accepted = Self.receive(raw.fd)
@@ -324,8 +351,8 @@ struct CrossProcessRingTests {
             message.withUnsafeBytes { map.advanced(by: Layout.clientRecords + 8).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
             let first = 8 + (message.count + 7) & ~7
             map.storeBytes(of: UInt32(first), toByteOffset: Layout.clientTail, as: UInt32.self)
-            var one: UInt8 = 1
-            _ = write(bell[1], &one, 1)
+            var zero: UInt64 = 0 // a ring
+            _ = write(accepted.descriptor, &zero, 8)
             let delivered = try port.receive(timeout: .seconds(10))
             #expect(delivered.id == 7 && delivered.payload == [42])
             // Then the fault.
@@ -336,7 +363,7 @@ struct CrossProcessRingTests {
                 map.storeBytes(of: UInt32(9), toByteOffset: Layout.clientRecords + first + 4, as: UInt32.self) // kind 9
                 map.storeBytes(of: UInt32(first + 16), toByteOffset: Layout.clientTail, as: UInt32.self)
             }
-            _ = write(bell[1], &one, 1)
+            _ = write(accepted.descriptor, &zero, 8)
         }
         // The service hung up: the socket ends (after nothing, or after what it still had to say).
         var last = Self.receive(raw.fd)
