@@ -54,12 +54,12 @@
  *                            over: none holds the name's lock once its fork handler ran, the check-ins succeed
  *   ring_bells               a shared-memory ring's wake-ups step by step: one ring per pass for an armed
  *                            reader, the reader's done rings a writer that found no room, a pad alone rings; a
- *                            bell (a socket) is never read, and its side's every 64th arm empties it
+ *                            bell (an eventfd) is never read, its counter stays at one however often rung
  *   ring_hostile             each rule a peer can break in the shared memory gives BROKEN or CORRUPT; what is
- *                            not a ring's memfd (or one sealed against writing), or not an end of a Unix stream
- *                            socket pair the peer's process made for a bell, or a second bell, is refused
- *   ring_stuck_bell          a peer makes the end it is rung through blocking and its bell full, and closes its
- *                            ends: rings and emptyings still return at once (a timer fails the scenario instead of a hang), and
+ *                            not a ring's memfd (or one sealed against writing), or not an eventfd for a bell (a
+ *                            pipe, file, FIFO, socket, timerfd, epoll set), or a second bell, is refused
+ *   ring_stuck_bell          a peer makes its bell blocking with its counter at the top, and closes it: rings still
+ *                            return at once (a timer fails the scenario instead of a hang), and
  *                            no ring raises SIGPIPE
  *   ring_fork_stream         200,000 records from a child process through a ring, each checked, both sides
  *                            sleeping on their bells (edge-triggered epoll, as a connection's readers): a lost
@@ -123,8 +123,10 @@
  *                            connection still ends when its end is read
  *   fork_with_queued_descriptor  a child forked while a descriptor sent as an attachment waits in a full socket's
  *                            outgoing queue holds no copy of it
- *   ring_bell_held           a peer in the middle of a copy from or to its own memory, its page fault unserved,
- *                            receiving from or sending into a bell: this side's ring or emptying still returns
+ *   ring_bell_held           a peer in the middle of a read or write of its bell, its page fault unserved: this
+ *                            side's ring of that bell still returns
+ *   ring_without_proc        in a mount namespace whose /proc is empty: a client makes no ring and leaves nothing
+ *                            open; a service answers an offer with RING_REFUSE and goes on by socket
  *
  * Payloads are small (inline, <= 48 bytes) and large (heap) and carry a pattern derived from the message
  * id, checked on receipt.
@@ -148,12 +150,14 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -4855,6 +4859,59 @@ static void ring_switch_mid_batch_body(void) {
  * earlier scenario would then watch this connection, which it does not own. */
 static void scenario_ring_switch_mid_batch(void) { run_in_own_process(ring_switch_mid_batch_body); }
 
+/* ---- ring_without_proc ---------------------------------------------------------------------------------- */
+/* Without /proc nothing can say whether a descriptor is an eventfd. A client then makes no ring (and leaves nothing
+ * open), and a service answers an offer with RING_REFUSE, not blaming the client: the connection goes on by socket.
+ * In a process of its own, in a mount namespace of its own whose /proc is an empty tmpfs; skipped where such a
+ * namespace cannot be made (no privileges). */
+
+static int descriptors_in_use(void) { /* /proc/self/fd is gone here */
+    int count = 0;
+    for (int fd = 0; fd < 4096; fd++) count += fcntl(fd, F_GETFD) >= 0;
+    return count;
+}
+
+static void ring_without_proc_body(void) {
+    pl_set_shared_rings(PL_RINGS_WHEN_BUSY);
+    hand_conn_t h;
+    hand_conn_open(&h);
+    /* What the offer carries, made while /proc is there (a real ring's header needs a ring). */
+    int offer[2] = { ring_memfd(PL_RING_MAP_BYTES, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, true),
+                     eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC) };
+    CHECK(offer[0] >= 0 && offer[1] >= 0);
+    if (unshare(CLONE_NEWNS) != 0 || mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("none", "/proc", "tmpfs", 0, NULL) != 0) {
+        fprintf(stderr, "ring_without_proc: skipped (no mount namespace of its own: %s)\n", strerror(errno));
+        close(offer[0]);
+        close(offer[1]);
+        hand_conn_close(&h);
+        return;
+    }
+    pl_ring_t *ring = NULL;
+    int memfd = 0, ringer = 0, before = descriptors_in_use();
+    CHECK_STATUS(pl_ring_create(&ring, &memfd, &ringer), PL_ERR_SYSTEM);
+    const char *call = pl_last_system_call();
+    CHECK(call != NULL && strcmp(call, "readlink(/proc/self/fd)") == 0);
+    CHECK(ring == NULL && memfd == -1 && ringer == -1 && descriptors_in_use() == before);
+
+    uint8_t frame[PL_WIRE_HEADER_SIZE + 8];
+    hand_send_fds(&h, frame, pl_wire_encode_ring(frame, PL_FRAME_RING_OFFER, PL_RING_BYTES), offer, 2);
+    close(offer[0]);
+    close(offer[1]);
+    const char *why = NULL;
+    CHECK(hand_read(&h, 1, &why) == PL_READ_DRAINED); /* the hello and the offer: not an error */
+    CHECK(h.conn->ring == NULL && !atomic_load(&h.conn->ring_pending) && h.conn->fd >= 0);
+    uint8_t answer[64];
+    pl_wire_frame_t refused;
+    ssize_t n = recv(h.pair[1], answer, sizeof answer, MSG_DONTWAIT);
+    CHECK(n > 0 && pl_wire_decode(answer, (size_t)n, 0, &refused, &why) && refused.type == PL_FRAME_RING_REFUSE);
+    /* None left behind by the refused offer: those sent are closed (here, and by the service), and the ring it
+     * began to make for the offer too. */
+    CHECK(descriptors_in_use() == before - 2);
+    hand_conn_close(&h);
+}
+static void scenario_ring_without_proc(void) { run_in_own_process(ring_without_proc_body); }
+
 /* ---- ring_end_after_records --------------------------------------------------------------------------- */
 /* The end is seen after the peer's last records: a reader that found its ring empty, and then the socket ended,
  * must look at the ring again, since the peer may have put its last records between the two looks (it puts them,
@@ -5244,6 +5301,7 @@ int main(int argc, char **argv) {
         { "refused_before_watched", scenario_refused_before_watched },
         { "fork_with_queued_descriptor", scenario_fork_with_queued_descriptor },
         { "ring_bell_held", scenario_ring_bell_held },
+        { "ring_without_proc", scenario_ring_without_proc },
     };
     const size_t count = sizeof scenarios / sizeof scenarios[0];
     int passed = 0, failed = 0;
