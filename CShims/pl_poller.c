@@ -89,8 +89,8 @@ pl_status_t pl_poller_add_feeder(pl_poller_t *poller, int fd, uint64_t id) {
 }
 
 pl_status_t pl_poller_add_bell(pl_poller_t *poller, int fd, uint64_t id) {
-    /* A connection's bell (pl_ring.h) is emptied only now and then: edge-triggered, each ring is an edge of its own,
-     * as for the poller's wake-up eventfd. Exclusive, as the connection's socket. */
+    /* A connection's bell (pl_ring.h) is never read, and stays readable: edge-triggered, each ring is an edge of its
+     * own, as for the poller's wake-up eventfd. Exclusive, as the connection's socket. */
     struct epoll_event event = { .events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE, .data.u64 = id };
     if (epoll_ctl(poller->epoll_fd, EPOLL_CTL_ADD, fd, &event) == 0 || errno == EEXIST) return PL_OK;
     return pl_system_failure("epoll_ctl");

@@ -391,7 +391,7 @@ static struct epoll_event pl_conn_watch(pl_conn_t *conn) {
     return (struct epoll_event){ .events = EPOLLIN | EPOLLEXCLUSIVE, .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN };
 }
 
-/* The same for its bell, once its frames come by ring: edge-triggered, since a bell is emptied only now and then. */
+/* The same for its bell, once its frames come by ring: edge-triggered, since a bell is never read. */
 static struct epoll_event pl_bell_watch(pl_conn_t *conn) {
     return (struct epoll_event){ .events = EPOLLIN | EPOLLET | EPOLLEXCLUSIVE,
                                  .data.u64 = (uint64_t)(uintptr_t)conn | PL_TAG_CONN_BELL };
