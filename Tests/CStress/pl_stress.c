@@ -121,6 +121,8 @@
  *                            for room: the connection ends, and a sender waiting for room is told so
  *   refused_before_watched   the same refusal met by a connection's hello before the transport watches it: the
  *                            connection still ends when its end is read
+ *   refused_after_messages   messages a peer sent before it shut its reading side, still unread when this side's
+ *                            write is refused (the reader held back by the read lock): delivered before the end
  *   fork_with_queued_descriptor  a child forked while a descriptor sent as an attachment waits in a full socket's
  *                            outgoing queue holds no copy of it
  *   ring_bell_held           a peer in the middle of a read or write of its bell, its page fault unserved: this
@@ -4629,6 +4631,72 @@ static void refused_before_watched_body(void) {
 }
 static void scenario_refused_before_watched(void) { run_in_own_process(refused_before_watched_body); }
 
+/* ---- refused_after_messages --------------------------------------------------------------------- */
+
+#define REFUSED_MESSAGES 3
+
+/* A peer sends messages, then shuts its reading side; this side's next write is refused before the transport has
+ * read them. Messages handed to the kernel before the peer stopped reading must be delivered, as a closing peer's
+ * are, before the connection ends. The reader is held back by holding the connection's read lock, as another reader
+ * (a set's, a sender's short pass) holds it: the transport leaves the reading to the holder (a note), and the
+ * holder, once it lets go, hands what it left on to the transport, as those readers do. The lock is let go only
+ * once the transport is ending the connection (a look-up no longer finds it), so the refusal comes first for sure. */
+static void refused_after_messages_body(void) {
+    hand_client_t h;
+    hand_client_open(&h, 3, 1000, 0);
+    if (h.right == NULL) return;
+    h.conn->lookup_key = strdup("refused-after-messages"); /* for pl_transport_find_client: not found once ending */
+    CHECK(h.conn->lookup_key != NULL);
+    pl_port_t *local;
+    CHECK_OK(pl_port_create(16, 1024, &local));
+    /* The peer gets a right to a local port (an export of ours), with credit for the messages below. */
+    CHECK_OK(pl_port_send(h.right, 60, "first", 5, local, 0));
+    pl_wire_frame_t frame;
+    CHECK(hand_client_await(&h, PL_FRAME_MESSAGE, 0, 5000, &frame));
+    uint32_t local_handle = frame.u.message.reply.handle;
+    uint32_t credits = frame.u.message.reply.credits;
+    CHECK(frame.u.message.reply.kind == PL_RIGHT_SENDERS && credits >= REFUSED_MESSAGES);
+    pthread_mutex_lock(&h.conn->read_lock); /* no reader reads the connection from here on */
+    uint8_t packet[256];
+    for (int i = 0; i < REFUSED_MESSAGES; i++) {
+        pl_wire_message_t m = { .dest = local_handle, .id = 80 + i };
+        hand_send_to_client(&h, packet, pl_wire_encode_message_head(packet, 0, &m, NULL, 0));
+    }
+    CHECK(shutdown(h.pair[1], SHUT_RD) == 0);
+    /* This side's write is refused (EPIPE): the transport is told. */
+    CHECK_STATUS(pl_port_send(h.right, 61, "refused", 7, NULL, 0), PL_ERR_INVALID_DEST);
+    bool ending = false;
+    for (int64_t deadline = now_ns() + 5000 * MS; !ending && now_ns() < deadline; sleep_us(1000)) {
+        pl_conn_t *found = pl_transport_find_client("refused-after-messages");
+        ending = found == NULL;
+        if (found != NULL) pl_conn_release(found);
+    }
+    CHECK(ending);
+    bool noted = atomic_load(&h.conn->read_again);
+    pthread_mutex_unlock(&h.conn->read_lock);
+    if (noted) pl_transport_read(h.conn); /* what a holder leaves, the transport reads */
+    bool ended = false;
+    for (int64_t deadline = now_ns() + 5000 * MS; !ended && now_ns() < deadline; sleep_us(1000)) {
+        ended = atomic_load(&h.conn->ended);
+    }
+    CHECK(ended);
+    int arrived = 0;
+    pl_received_t out;
+    while (pl_port_receive(local, &out, NULL, 0, 0) == PL_OK) {
+        CHECK(out.id == 80 + arrived);
+        arrived++;
+    }
+    if (arrived != REFUSED_MESSAGES) {
+        fprintf(stderr, "  %d messages sent before the peer stopped reading, %d arrived\n", REFUSED_MESSAGES, arrived);
+    }
+    CHECK(arrived == REFUSED_MESSAGES);
+    pl_port_release_send(h.right);
+    pl_port_destroy(local);
+    close(h.pair[1]);
+    pl_conn_release(h.conn);
+}
+static void scenario_refused_after_messages(void) { run_in_own_process(refused_after_messages_body); }
+
 /* A descriptor sent as an attachment waits, duplicated, in the outgoing queue of a full socket; the sender closed its
  * own. A child forked then must not hold that duplicate: the queue is the parent's, and a child that lives on would
  * keep the file open (a pipe's end never reaching its end) long after the message has gone. */
@@ -5299,6 +5367,7 @@ int main(int argc, char **argv) {
         { "listeners_paused", scenario_listeners_paused },
         { "peer_stops_reading", scenario_peer_stops_reading },
         { "refused_before_watched", scenario_refused_before_watched },
+        { "refused_after_messages", scenario_refused_after_messages },
         { "fork_with_queued_descriptor", scenario_fork_with_queued_descriptor },
         { "ring_bell_held", scenario_ring_bell_held },
         { "ring_without_proc", scenario_ring_without_proc },
