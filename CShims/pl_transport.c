@@ -591,9 +591,30 @@ void pl_remote_stats(uint32_t *out_connections, uint32_t *out_exports, uint32_t 
 
 /* ---- ending connections ----------------------------------------------------------------------------- */
 
+/* What a peer that stopped reading sent before (frames in the socket, records in the ring) is read before its
+ * connection ends, as a closing peer's last frames are (read lock held): turns of PL_FRAMES_PER_WAKE packets or
+ * records and PL_END_READ_TURN_BYTES (plus the one that crosses it) until nothing is left. At most
+ * PL_END_READ_TURNS of them, for a peer that sends on and on: 65,536 packets or records, or 16 MiB and some, past
+ * what a full socket and a full ring of the smallest records hold. Returns why the connection ends: `why`, or what the
+ * reading found (the peer's end, a frame that breaks the rules). */
+#define PL_END_READ_TURNS 1024
+#define PL_END_READ_TURN_BYTES ((size_t)16 * 1024)
+static const char *pl_read_before_end(pl_conn_t *conn, const char *why) {
+    for (int turn = 0; turn < PL_END_READ_TURNS; turn++) {
+        const char *found = NULL;
+        atomic_store_explicit(&conn->read_again, false, memory_order_relaxed); /* this reading covers any note */
+        pl_read_result_t result = pl_conn_read_frames(conn, pl_transport_buffer, PL_FRAMES_PER_WAKE,
+                                                      PL_END_READ_TURN_BYTES, &found);
+        if (result == PL_READ_ENDED) return found;
+        if (result == PL_READ_DRAINED) break;
+    }
+    return why;
+}
+
 /* The connection stays among T.conns, marked ending, until its teardown has closed its sockets: a child of fork()
- * meanwhile closes its copies, as of any connection of the transport's. */
-static void pl_transport_end(pl_conn_t *conn, const char *why) {
+ * meanwhile closes its copies, as of any connection of the transport's. With `read_first`, what the peer sent is
+ * read before the teardown (pl_read_before_end). */
+static void pl_transport_end_reading(pl_conn_t *conn, const char *why, bool read_first) {
     pthread_mutex_lock(&T.lock);
     pl_conn_t **link = &T.conns;
     while (*link != NULL && *link != conn) link = &(*link)->next;
@@ -604,6 +625,7 @@ static void pl_transport_end(pl_conn_t *conn, const char *why) {
     pthread_mutex_unlock(&T.lock);
     if (!first) return; /* ended already, being ended, or not the transport's (yet) */
     pthread_mutex_lock(&conn->read_lock); /* a set's receiver reading it finishes first */
+    if (read_first) why = pl_read_before_end(conn, why);
     pthread_mutex_lock(&conn->write_lock);
     pl_unwatch_locked(conn);
     if (conn->out_fd >= 0) epoll_ctl(T.epoll_fd, EPOLL_CTL_DEL, conn->out_fd, NULL);
@@ -620,6 +642,8 @@ static void pl_transport_end(pl_conn_t *conn, const char *why) {
     conn->next = pl_graveyard;
     pl_graveyard = conn;
 }
+
+static void pl_transport_end(pl_conn_t *conn, const char *why) { pl_transport_end_reading(conn, why, false); }
 
 static void pl_bury(void) {
     while (pl_graveyard != NULL) {
@@ -781,9 +805,10 @@ static void pl_run_read(pl_conn_t *conn) {
 
 /* PL_CMD_REFUSED: a write found the peer taking nothing more. A peer that closed (or shut its writing side) left an
  * end to read after its last frames, and the reader ends the connection there; one that only shut its reading side
- * sends on, and no end comes: nothing more can reach it, and its connection ends now. A closing peer's kernel marks
- * its own side, which refuses the write, a moment before ours: the look waits a little for the mark. Only this
- * thread closes a listed connection's socket, so it stays open without the write lock, which senders want. */
+ * sends on, and no end comes: nothing more can reach it, and its connection ends now, once what it sent before is
+ * read (whoever held the reading back: another reader, or this thread's turn not come yet). A closing peer's kernel
+ * marks its own side, which refuses the write, a moment before ours: the look waits a little for the mark. Only
+ * this thread closes a listed connection's socket, so it stays open without the write lock, which senders want. */
 #define PL_REFUSED_LOOK_MS 10
 static void pl_run_refused(pl_conn_t *conn) {
     pthread_mutex_lock(&conn->write_lock);
@@ -792,7 +817,7 @@ static void pl_run_refused(pl_conn_t *conn) {
     struct pollfd hangup = { .fd = fd, .events = POLLRDHUP }; /* pending frames do not end the wait */
     bool end_coming = fd < 0 || (poll(&hangup, 1, PL_REFUSED_LOOK_MS) > 0 &&
                                  (hangup.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0);
-    if (!end_coming) pl_transport_end(conn, "the peer does not read any more");
+    if (!end_coming) pl_transport_end_reading(conn, "the peer does not read any more", true);
 }
 
 /* Gathers the handles of unused exports, as many as fit (the connection's lock held). */

@@ -122,7 +122,8 @@
  *   refused_before_watched   the same refusal met by a connection's hello before the transport watches it: the
  *                            connection still ends when its end is read
  *   refused_after_messages   messages a peer sent before it shut its reading side, still unread when this side's
- *                            write is refused (the reader held back by the read lock): delivered before the end
+ *                            write is refused (the reader held back by the read lock): delivered before the end,
+ *                            from the socket and from the peer's shared-memory ring
  *   fork_with_queued_descriptor  a child forked while a descriptor sent as an attachment waits in a full socket's
  *                            outgoing queue holds no copy of it
  *   ring_bell_held           a peer in the middle of a read or write of its bell, its page fault unserved: this
@@ -4635,15 +4636,78 @@ static void scenario_refused_before_watched(void) { run_in_own_process(refused_b
 
 #define REFUSED_MESSAGES 3
 
+/* The peer (playing the service) takes the client's ring offer, which follows the client's next message: maps the
+ * memfd, keeps the client's bell and answers RING_ACCEPT with its own. Returns its end of the rings, NULL if the
+ * offer did not come. */
+static pl_ring_t *hand_client_accept_ring(hand_client_t *h) {
+    uint8_t *packet = malloc(PL_WIRE_MAX_FRAME);
+    CHECK(packet != NULL);
+    pl_ring_t *ring = NULL;
+    for (int64_t deadline = now_ns() + 5000 * MS; packet != NULL && ring == NULL && now_ns() < deadline;) {
+        union { char bytes[CMSG_SPACE(2 * sizeof(int))]; struct cmsghdr align; } control;
+        struct iovec iov = { .iov_base = packet, .iov_len = PL_WIRE_MAX_FRAME };
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,
+                              .msg_controllen = sizeof control.bytes };
+        ssize_t n = recvmsg(h->pair[1], &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n <= 0) {
+            CHECK(n < 0 && errno == EAGAIN);
+            if (n == 0 || errno != EAGAIN) break;
+            struct pollfd readable = { .fd = h->pair[1], .events = POLLIN };
+            poll(&readable, 1, 10);
+            continue;
+        }
+        struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+        int fds[2] = { -1, -1 };
+        if (cmsg != NULL && cmsg->cmsg_type == SCM_RIGHTS && cmsg->cmsg_len == CMSG_LEN(2 * sizeof(int))) {
+            memcpy(fds, CMSG_DATA(cmsg), sizeof fds);
+        }
+        pl_wire_frame_t frame;
+        const char *why;
+        bool offer = fds[0] >= 0 && pl_wire_decode(packet, (size_t)n, 2, &frame, &why) &&
+                     frame.type == PL_FRAME_RING_OFFER;
+        if (offer) {
+            int ringer = -1;
+            bool peer_fault = false;
+            ring = pl_ring_adopt(fds[0], &ringer, &peer_fault, &why);
+            CHECK(ring != NULL);
+            if (ring != NULL && pl_ring_take_ringer(ring, fds[1], &peer_fault, &why)) fds[1] = -1;
+            CHECK(fds[1] < 0);
+            uint8_t accept[PL_WIRE_HEADER_SIZE + 8];
+            size_t length = pl_wire_encode_ring(accept, PL_FRAME_RING_ACCEPT, 0);
+            union { char bytes[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } out;
+            memset(&out, 0, sizeof out);
+            struct iovec out_iov = { .iov_base = accept, .iov_len = length };
+            struct msghdr out_msg = { .msg_iov = &out_iov, .msg_iovlen = 1, .msg_control = out.bytes,
+                                      .msg_controllen = sizeof out.bytes };
+            struct cmsghdr *out_cmsg = CMSG_FIRSTHDR(&out_msg);
+            out_cmsg->cmsg_level = SOL_SOCKET;
+            out_cmsg->cmsg_type = SCM_RIGHTS;
+            out_cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+            memcpy(CMSG_DATA(out_cmsg), &ringer, sizeof(int));
+            if (ring != NULL) CHECK(sendmsg(h->pair[1], &out_msg, 0) == (ssize_t)length);
+            if (ringer >= 0) close(ringer);
+        }
+        for (int i = 0; i < 2; i++) if (fds[i] >= 0) close(fds[i]);
+    }
+    free(packet);
+    CHECK(ring != NULL);
+    return ring;
+}
+
 /* A peer sends messages, then shuts its reading side; this side's next write is refused before the transport has
- * read them. Messages handed to the kernel before the peer stopped reading must be delivered, as a closing peer's
- * are, before the connection ends. The reader is held back by holding the connection's read lock, as another reader
- * (a set's, a sender's short pass) holds it: the transport leaves the reading to the holder (a note), and the
- * holder, once it lets go, hands what it left on to the transport, as those readers do. The lock is let go only
- * once the transport is ending the connection (a look-up no longer finds it), so the refusal comes first for sure. */
-static void refused_after_messages_body(void) {
+ * read them. Messages the peer handed to the kernel (or put in its ring) before it stopped reading must be
+ * delivered, as a closing peer's are, before the connection ends. The reader is held back by holding the
+ * connection's read lock, as another reader (a set's, a sender's short pass) holds it: the transport leaves the
+ * reading to the holder (a note), and the holder, once it lets go, hands what it left on to the transport, as those
+ * readers do. The lock is let go only once the transport is ending the connection (a look-up no longer finds it),
+ * so the refusal comes first for sure. By ring, the peer's messages are records in its ring, and the refused write
+ * is one with a descriptor, which takes the socket. */
+static void refused_after_messages_run(bool by_ring) {
+    CHECK_OK(pl_transport_start()); /* its descriptors, kept for the process's life, are not the scenario's */
+    int descriptors = open_descriptor_count();
+    pl_set_shared_rings(PL_RINGS_NEVER);
     hand_client_t h;
-    hand_client_open(&h, 3, 1000, 0);
+    hand_client_open(&h, PL_WIRE_VERSION, 1000, 0);
     if (h.right == NULL) return;
     h.conn->lookup_key = strdup("refused-after-messages"); /* for pl_transport_find_client: not found once ending */
     CHECK(h.conn->lookup_key != NULL);
@@ -4654,17 +4718,40 @@ static void refused_after_messages_body(void) {
     pl_wire_frame_t frame;
     CHECK(hand_client_await(&h, PL_FRAME_MESSAGE, 0, 5000, &frame));
     uint32_t local_handle = frame.u.message.reply.handle;
-    uint32_t credits = frame.u.message.reply.credits;
-    CHECK(frame.u.message.reply.kind == PL_RIGHT_SENDERS && credits >= REFUSED_MESSAGES);
+    CHECK(frame.u.message.reply.kind == PL_RIGHT_SENDERS && frame.u.message.reply.credits >= REFUSED_MESSAGES);
+    pl_ring_t *ring = NULL;
+    if (by_ring) {
+        pl_set_shared_rings(PL_RINGS_ALWAYS);
+        CHECK_OK(pl_port_send(h.right, 60, "second", 6, NULL, 0)); /* the offer follows it */
+        ring = hand_client_accept_ring(&h);
+        bool reading = false; /* the transport reads RING_ACCEPT, and reads by ring from there */
+        for (int64_t deadline = now_ns() + 5000 * MS; ring != NULL && !reading && now_ns() < deadline;) {
+            pthread_mutex_lock(&h.conn->read_lock);
+            reading = h.conn->ring_reading;
+            pthread_mutex_unlock(&h.conn->read_lock);
+            if (!reading) sleep_us(1000);
+        }
+        CHECK(reading);
+    }
     pthread_mutex_lock(&h.conn->read_lock); /* no reader reads the connection from here on */
     uint8_t packet[256];
     for (int i = 0; i < REFUSED_MESSAGES; i++) {
         pl_wire_message_t m = { .dest = local_handle, .id = 80 + i };
-        hand_send_to_client(&h, packet, pl_wire_encode_message_head(packet, 0, &m, NULL, 0));
+        size_t length = pl_wire_encode_message_head(packet, 0, &m, NULL, 0);
+        if (ring != NULL) CHECK(pl_ring_put(ring, packet, length, NULL, 0, false) == PL_RING_PUT);
+        else hand_send_to_client(&h, packet, length);
     }
     CHECK(shutdown(h.pair[1], SHUT_RD) == 0);
     /* This side's write is refused (EPIPE): the transport is told. */
-    CHECK_STATUS(pl_port_send(h.right, 61, "refused", 7, NULL, 0), PL_ERR_INVALID_DEST);
+    if (!by_ring) {
+        CHECK_STATUS(pl_port_send(h.right, 61, "refused", 7, NULL, 0), PL_ERR_INVALID_DEST);
+    } else {
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        CHECK(fd >= 0);
+        pl_attachment_t attachment = { .kind = PL_ATTACHMENT_FD, .fd = fd };
+        pl_port_send_with(h.right, 61, "refused", 7, NULL, &attachment, 1, 0);
+        close(fd);
+    }
     bool ending = false;
     for (int64_t deadline = now_ns() + 5000 * MS; !ending && now_ns() < deadline; sleep_us(1000)) {
         pl_conn_t *found = pl_transport_find_client("refused-after-messages");
@@ -4687,13 +4774,24 @@ static void refused_after_messages_body(void) {
         arrived++;
     }
     if (arrived != REFUSED_MESSAGES) {
-        fprintf(stderr, "  %d messages sent before the peer stopped reading, %d arrived\n", REFUSED_MESSAGES, arrived);
+        fprintf(stderr, "  (%s) %d messages sent before the peer stopped reading, %d arrived\n",
+                by_ring ? "ring" : "socket", REFUSED_MESSAGES, arrived);
     }
     CHECK(arrived == REFUSED_MESSAGES);
     pl_port_release_send(h.right);
     pl_port_destroy(local);
     close(h.pair[1]);
+    if (ring != NULL) pl_ring_free(ring);
     pl_conn_release(h.conn);
+    int left = open_descriptor_count();
+    if (left != descriptors) fprintf(stderr, "  (%s) %d descriptors open, %d before\n", by_ring ? "ring" : "socket",
+                                     left, descriptors);
+    CHECK(left == descriptors);
+}
+
+static void refused_after_messages_body(void) {
+    refused_after_messages_run(false);
+    refused_after_messages_run(true);
 }
 static void scenario_refused_after_messages(void) { run_in_own_process(refused_after_messages_body); }
 
