@@ -167,6 +167,7 @@ struct pl_conn {
     struct pl_feed *feeds;    /* the sets this connection feeds (each a reference) */
     bool accepted;            /* the service's side */
     bool ending;              /* being ended: still among the transport's until its socket is closed (T.lock) */
+    const char *ended_early;  /* a kill that came before the transport listed it (T.lock): the listing refuses it */
     bool exit_flushed;        /* its queue was sent by the exit flush, or is being (T.lock) */
     pl_sender_t peer;         /* credentials read when the connection was made */
 
@@ -459,7 +460,9 @@ typedef struct pl_pending_socket {
 void pl_transport_pending_add(pl_pending_socket_t *pending);
 void pl_transport_pending_drop(pl_pending_socket_t *pending); /* errno kept */
 /* Watches a new connection (takes a reference); its socket stops being pending in the same hold of the lock fork()
- * waits for. On failure the socket stays pending (and open): the caller drops it, with conn->fd set to -1 first. */
+ * waits for. On failure the socket stays pending (and open): the caller drops it, with conn->fd set to -1 first.
+ * PL_ERR_INVALID_DEST: the connection was killed before (its hello could not go, or its end was read already, reason
+ * in ended_early), and is not listed: the caller ends it. */
 pl_status_t pl_transport_add_conn(pl_conn_t *conn, pl_pending_socket_t *pending);
 /* Lists the service as opening (before its check-in opens a descriptor): a child of fork() closes its descriptors
  * too, as it closes those of the services the transport watches. pl_transport_add_service takes it off the list;

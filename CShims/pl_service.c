@@ -337,6 +337,12 @@ static pl_port_t *pl_bootstrap_right_locked(pl_conn_t *conn) {
     return proxy;
 }
 
+/* The status of a look-up whose connection ended before the service's hello: the service is gone, or this side's
+ * transport ended a connection it had no memory for (its reasons say so). */
+static pl_status_t pl_gone_before_hello(const char *why) {
+    return why != NULL && strstr(why, "memory") != NULL ? PL_ERR_NO_MEMORY : PL_ERR_UNKNOWN_SERVICE;
+}
+
 /* Connects the pending socket (made here) to the address; the caller drops it on failure. */
 static pl_status_t pl_connect(const struct sockaddr_un *address, int64_t deadline, pl_pending_socket_t *pending) {
     PL_WHILE_FORK_WAITS(&pending->fd, socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -403,6 +409,15 @@ pl_status_t pl_service_look_up(const char *directory, const char *name, int64_t 
     pl_conn_write_hello(conn, PL_HELLO_WELCOME, (pl_wire_right_t){ 0 });
     if ((status = pl_transport_add_conn(conn, &pending)) != PL_OK) {
         conn->fd = -1; /* the pending socket's, closed with it */
+        if (status == PL_ERR_INVALID_DEST) {
+            /* Killed before it was listed: a hello that could not go, or the service's end read already. What the
+             * connection holds (a queued frame, a right read meanwhile) goes with it; a reader still at it (a command
+             * for it the transport has yet to run) finishes first. */
+            pthread_mutex_lock(&conn->read_lock);
+            pl_conn_teardown(conn, conn->ended_early);
+            pthread_mutex_unlock(&conn->read_lock);
+            status = pl_gone_before_hello(conn->ended_early);
+        }
         pl_conn_release(conn);
         pl_transport_pending_drop(&pending);
         return status;
@@ -422,9 +437,7 @@ pl_status_t pl_service_look_up(const char *directory, const char *name, int64_t 
         default: status = PL_ERR_NO_SPACE; break;
         }
     } else if (conn->dead) {
-        /* Gone before it said hello: the service, or this side's transport, which ends a connection it has no
-         * memory for (its reasons say so). */
-        status = conn->death != NULL && strstr(conn->death, "memory") != NULL ? PL_ERR_NO_MEMORY : PL_ERR_UNKNOWN_SERVICE;
+        status = pl_gone_before_hello(conn->death);
     } else {
         status = PL_ERR_TIMED_OUT;
     }

@@ -458,6 +458,10 @@ void pl_transport_pending_drop(pl_pending_socket_t *pending) {
 pl_status_t pl_transport_add_conn(pl_conn_t *conn, pl_pending_socket_t *pending) {
     struct epoll_event event = pl_conn_watch(conn);
     pthread_mutex_lock(&T.lock);
+    if (conn->ended_early != NULL) {
+        pthread_mutex_unlock(&T.lock);
+        return PL_ERR_INVALID_DEST;
+    }
     if (epoll_ctl(T.epoll_fd, EPOLL_CTL_ADD, conn->fd, &event) != 0) {
         pl_status_t status = pl_system_failure("epoll_ctl");
         int saved = errno;
@@ -620,8 +624,12 @@ static void pl_transport_end_reading(pl_conn_t *conn, const char *why, bool read
     while (*link != NULL && *link != conn) link = &(*link)->next;
     bool first = *link != NULL && !conn->ending;
     /* Only a listed connection: one not listed yet (a look-up's, before pl_transport_add_conn) would otherwise have
-     * its real end, read once it is, taken for a second one and ignored. */
+     * its real end, read once it is, taken for a second one and ignored. Its kill is noted instead, for the listing
+     * to refuse: dropped, it would leave the connection to live on (its hello may never have gone). */
     if (first) conn->ending = true;
+    else if (*link == NULL && !conn->ending && conn->ended_early == NULL) {
+        conn->ended_early = why != NULL ? why : "ended";
+    }
     pthread_mutex_unlock(&T.lock);
     if (!first) return; /* ended already, being ended, or not the transport's (yet) */
     pthread_mutex_lock(&conn->read_lock); /* a set's receiver reading it finishes first */

@@ -119,8 +119,11 @@
  *                            meanwhile left out (not under valgrind, whose limit on descriptors drops the peers)
  *   peer_stops_reading       a peer that shuts its reading side (SHUT_RD), socket kept open, while messages wait
  *                            for room: the connection ends, and a sender waiting for room is told so
- *   refused_before_watched   the same refusal met by a connection's hello before the transport watches it: the
- *                            connection still ends when its end is read
+ *   refused_before_watched   the same refusal met by a connection's hello before the transport watches it: with
+ *                            no end coming, the listing refuses the connection the transport ended; with an end
+ *                            coming, the connection is listed and ends when its end is read
+ *   kill_before_listed       a kill for a look-up's connection that the transport runs before the connection is
+ *                            listed: the listing refuses it, instead of a connection living on
  *   refused_after_messages   messages a peer sent before it shut its reading side, still unread when this side's
  *                            write is refused (the reader held back by the read lock): delivered before the end,
  *                            from the socket and from the peer's shared-memory ring
@@ -4604,31 +4607,84 @@ static void peer_stops_reading_body(void) {
 }
 static void scenario_peer_stops_reading(void) { run_in_own_process(peer_stops_reading_body); }
 
-/* The same refusal met by a look-up's hello, before its connection is among the transport's (a service that shut its
- * reading side at once): the transport, finding the connection not yet its own, must leave it to be ended later, not
- * mark it ended-already so that its real end, when it comes, is ignored. */
+/* A client's connection as a look-up makes it, its hello written, not yet among the transport's: the look-up's moment
+ * between its hello and pl_transport_add_conn, held open. The service is the other end of a socketpair. */
+typedef struct early_conn {
+    int pair[2];
+    pl_pending_socket_t pending;
+    pl_conn_t *conn;
+} early_conn_t;
+
+static bool early_conn_open(early_conn_t *e, int service_shut) {
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, e->pair) == 0);
+    if (service_shut >= 0) CHECK(shutdown(e->pair[1], service_shut) == 0);
+    pl_transport_pending_add(&e->pending);
+    e->pending.fd = e->pair[0];
+    e->conn = pl_conn_new(e->pair[0], false);
+    CHECK(e->conn != NULL);
+    if (e->conn == NULL) return false;
+    pl_conn_write_hello(e->conn, PL_HELLO_WELCOME, (pl_wire_right_t){ 0 });
+    return true;
+}
+
+/* Waits until the transport has run the commands posted for the connection (each holds a reference). */
+static void early_conn_commands_run(early_conn_t *e) {
+    for (int64_t deadline = now_ns() + 2000 * MS; atomic_load(&e->conn->refs) > 1 && now_ns() < deadline;) sleep_us(1000);
+    CHECK(atomic_load(&e->conn->refs) == 1);
+}
+
+/* Lists a connection the transport was told to end before: the listing must refuse it, and the caller ends it as the
+ * look-up does. Listed, it must not live on: the service welcomes it, and it must end all the same. */
+static void early_conn_list_killed(early_conn_t *e, const char *what) {
+    pl_status_t listed = pl_transport_add_conn(e->conn, &e->pending);
+    if (listed == PL_OK) {
+        fake_service_welcome(e->pair[1]);
+        bool ended = false;
+        for (int64_t deadline = now_ns() + 1000 * MS; !ended && now_ns() < deadline; sleep_us(10000)) {
+            ended = atomic_load(&e->conn->ended);
+        }
+        if (!ended) fprintf(stderr, "  %s: the kill that came before the listing was lost, the connection lives on\n", what);
+        CHECK(ended);
+        close(e->pair[1]); /* the end, for the transport to read */
+        for (int64_t deadline = now_ns() + 2000 * MS; !atomic_load(&e->conn->ended) && now_ns() < deadline;) sleep_us(1000);
+    } else {
+        CHECK_STATUS(listed, PL_ERR_INVALID_DEST);
+        e->conn->fd = -1; /* the pending socket's, closed with it */
+        pthread_mutex_lock(&e->conn->read_lock);
+        pl_conn_teardown(e->conn, "killed before it was listed");
+        pthread_mutex_unlock(&e->conn->read_lock);
+        pl_transport_pending_drop(&e->pending);
+        close(e->pair[1]);
+    }
+    CHECK(atomic_load(&e->conn->ended));
+    pl_conn_release(e->conn);
+}
+
+/* The same refusal met by a look-up's hello, before its connection is among the transport's. A service that shut its
+ * reading side at once sends no end: the transport's look at the refusal ends the connection, before it is listed,
+ * and the listing must refuse it rather than leave it to live on. A service that closed sends its end: the
+ * transport, finding the connection not yet its own, must leave it to be ended when the end is read, not mark it
+ * ended-already so that its real end, when it comes, is ignored. */
 static void refused_before_watched_body(void) {
     CHECK_OK(pl_transport_start());
-    int pair[2];
-    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, pair) == 0);
-    CHECK(shutdown(pair[1], SHUT_RD) == 0);
-    pl_pending_socket_t pending;
-    pl_transport_pending_add(&pending);
-    pending.fd = pair[0];
-    pl_conn_t *conn = pl_conn_new(pair[0], false);
-    CHECK(conn != NULL);
-    if (conn == NULL) return;
-    pl_conn_write_hello(conn, PL_HELLO_WELCOME, (pl_wire_right_t){ 0 }); /* refused: EPIPE */
-    sleep_us(50000); /* the transport looks at the refusal */
-    CHECK_OK(pl_transport_add_conn(conn, &pending));
-    close(pair[1]); /* the end, for the transport to read */
+    int before = open_descriptors();
+    early_conn_t e;
+    if (!early_conn_open(&e, SHUT_RD)) return; /* the hello is refused: EPIPE */
+    early_conn_commands_run(&e); /* the transport looks at the refusal: no end is coming */
+    early_conn_list_killed(&e, "a service that stopped reading");
+
+    if (!early_conn_open(&e, SHUT_RDWR)) return; /* refused, and the end is there to read */
+    early_conn_commands_run(&e);
+    CHECK_OK(pl_transport_add_conn(e.conn, &e.pending));
     bool ended = false;
     for (int64_t deadline = now_ns() + 2000 * MS; !ended && now_ns() < deadline; sleep_us(10000)) {
-        ended = atomic_load(&conn->ended);
+        ended = atomic_load(&e.conn->ended);
     }
     if (!ended) fprintf(stderr, "  the connection's end was ignored\n");
     CHECK(ended);
-    pl_conn_release(conn);
+    close(e.pair[1]);
+    pl_conn_release(e.conn);
+    CHECK(open_descriptors() == before);
 }
 static void scenario_refused_before_watched(void) { run_in_own_process(refused_before_watched_body); }
 
@@ -4794,6 +4850,24 @@ static void refused_after_messages_body(void) {
     refused_after_messages_run(true);
 }
 static void scenario_refused_after_messages(void) { run_in_own_process(refused_after_messages_body); }
+
+/* ---- kill_before_listed ------------------------------------------------------------------------- */
+
+/* A kill posted for a look-up's connection between its hello and its listing (the hello could not go: no memory for the
+ * outgoing queue, a write the socket refused) and run by the transport before the listing: the listing must refuse
+ * the connection, not list it to live on with a hello that never went (the service would end it at its first frame,
+ * after the look-up had said PL_OK). */
+static void kill_before_listed_body(void) {
+    CHECK_OK(pl_transport_start());
+    int before = open_descriptors();
+    early_conn_t e;
+    if (!early_conn_open(&e, -1)) return;
+    pl_transport_kill(e.conn, "no memory or descriptors for the outgoing queue");
+    early_conn_commands_run(&e);
+    early_conn_list_killed(&e, "a kill before the listing");
+    CHECK(open_descriptors() == before);
+}
+static void scenario_kill_before_listed(void) { run_in_own_process(kill_before_listed_body); }
 
 /* A descriptor sent as an attachment waits, duplicated, in the outgoing queue of a full socket; the sender closed its
  * own. A child forked then must not hold that duplicate: the queue is the parent's, and a child that lives on would
@@ -5466,6 +5540,7 @@ int main(int argc, char **argv) {
         { "peer_stops_reading", scenario_peer_stops_reading },
         { "refused_before_watched", scenario_refused_before_watched },
         { "refused_after_messages", scenario_refused_after_messages },
+        { "kill_before_listed", scenario_kill_before_listed },
         { "fork_with_queued_descriptor", scenario_fork_with_queued_descriptor },
         { "ring_bell_held", scenario_ring_bell_held },
         { "ring_without_proc", scenario_ring_without_proc },
