@@ -111,6 +111,9 @@
  *   activation_after_withdrawal  a socket systemd passed outlives its service's port: the name is checked in again
  *   look_up_abandoned        a look-up that gives up ends its connection; another thread's look-up in that moment
  *                            connects anew instead of taking a right that dies at once
+ *   look_up_meets_death      a look-up whose service port dies right after the welcome: its right, once returned,
+ *                            reports the death (dead-name notice, invalid-destination, the connection ends when it
+ *                            is let go); DEAD read first makes the look-up say unknown service; none waits
  *   room_watch_without_descriptor  a message queued behind a full socket while descriptors are used up (no
  *                            duplicate to watch for room with) leaves once room and descriptors are back
  *   listeners_paused         72 services whose peers wait while descriptors are used up: the transport thread
@@ -2394,6 +2397,109 @@ static void look_up_abandoned_body(void) {
 }
 
 static void scenario_look_up_abandoned(void) { run_in_own_process(look_up_abandoned_body); }
+
+/* ---- look_up_meets_death ------------------------------------------------------------------------------ */
+
+/* Reads what a client sends until its connection's end (or `ms`): whether the end came. */
+static bool fake_service_reads_to_end(int fd, int64_t ms) {
+    static uint8_t packet[PL_WIRE_MAX_FRAME];
+    for (int64_t deadline = now_ns() + ms * MS; now_ns() < deadline;) {
+        ssize_t n = recv(fd, packet, sizeof packet, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return true;
+        if (n < 0) {
+            struct pollfd readable = { .fd = fd, .events = POLLIN };
+            poll(&readable, 1, 10);
+        }
+    }
+    return false;
+}
+
+static void fake_service_dead(int fd) {
+    uint8_t frame[64];
+    size_t length = pl_wire_encode_control(frame, PL_FRAME_DEAD, 1, 0, 0);
+    CHECK(send(fd, frame, length, 0) == (ssize_t)length);
+}
+
+/* A right that reports its port's death as a dead name does: not alive, a send says the destination is gone, a
+ * dead-name request fires at once; released, its connection ends. */
+static void check_dead_name(pl_port_t *right, pl_port_t *notify, int service_fd) {
+    for (int64_t deadline = now_ns() + 2000 * MS; pl_port_is_alive(right) && now_ns() < deadline;) sleep_us(1000);
+    CHECK(!pl_port_is_alive(right));
+    CHECK_STATUS(pl_port_send(right, 1, "x", 1, NULL, 0), PL_ERR_INVALID_DEST);
+    pl_notification_t *request = NULL;
+    CHECK_OK(pl_port_request_dead_name(right, notify, &request));
+    pl_received_t header;
+    unsigned char notice[64];
+    CHECK_OK(pl_port_receive(notify, &header, notice, sizeof notice, 0));
+    CHECK(header.flags == PL_RECEIVED_NOTIFICATION && header.id == PL_NOTIFY_DEAD_NAME);
+    pl_notification_release(request);
+    CHECK_OK(pl_port_release_send(right));
+    if (service_fd >= 0) CHECK(fake_service_reads_to_end(service_fd, 3000));
+}
+
+/* A look-up whose service port dies right after the service's welcome (a port destroyed as its service admits a
+ * peer: the welcome, then DEAD). Once the look-up has returned its right, the death must reach the right: a dead-name
+ * request made before fires, a send says the destination is gone, and the connection ends once the right is let
+ * go. When DEAD is read before the look-up takes its right, the look-up says the service is unknown, and its
+ * connection ends; never a wait for the timeout. */
+static void look_up_meets_death_body(void) {
+    char dir[] = "/tmp/pl-stress-death-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    int svc = fake_service_listen(dir, "svc");
+    pl_port_t *notify;
+    CHECK_OK(pl_port_create(8, 1024, &notify));
+    CHECK_OK(pl_transport_start());
+    int before = open_descriptors();
+
+    /* DEAD after the look-up returned. */
+    look_up_call_t a = { .dir = dir, .name = "svc", .timeout = 5000 * MS };
+    pthread_t thread;
+    start_thread(&thread, look_up_body, &a);
+    int fd = fake_service_accept(svc);
+    fake_service_welcome(fd);
+    pthread_join(thread, NULL);
+    CHECK_OK(a.status);
+    if (a.status == PL_OK) {
+        pl_notification_t *request = NULL;
+        CHECK_OK(pl_port_request_dead_name(a.right, notify, &request));
+        fake_service_dead(fd);
+        pl_received_t header;
+        unsigned char notice[64];
+        CHECK_OK(pl_port_receive(notify, &header, notice, sizeof notice, 2000 * MS));
+        CHECK(header.flags == PL_RECEIVED_NOTIFICATION && header.id == PL_NOTIFY_DEAD_NAME);
+        pl_notification_release(request);
+        check_dead_name(a.right, notify, fd);
+    }
+    close(fd);
+
+    /* DEAD right behind the welcome, read with it or just after, as the look-up wakes: either answer is right. */
+    for (int round = 0; round < 40; round++) {
+        look_up_call_t b = { .dir = dir, .name = "svc", .timeout = 5000 * MS };
+        int64_t t0 = now_ns();
+        start_thread(&thread, look_up_body, &b);
+        fd = fake_service_accept(svc);
+        fake_service_welcome(fd);
+        fake_service_dead(fd);
+        pthread_join(thread, NULL);
+        CHECK(now_ns() - t0 < 2000 * MS);
+        if (b.status == PL_OK) {
+            check_dead_name(b.right, notify, -1); /* its end after a while (an idle proxy's), or the service's */
+        } else {
+            CHECK_STATUS(b.status, PL_ERR_UNKNOWN_SERVICE);
+            CHECK(fake_service_reads_to_end(fd, 3000));
+        }
+        close(fd);
+    }
+    for (int64_t deadline = now_ns() + 2000 * MS; open_descriptors() != before && now_ns() < deadline;) sleep_us(1000);
+    if (open_descriptors() != before) fprintf(stderr, "  descriptors: %d before, %d after\n", before, open_descriptors());
+    CHECK(open_descriptors() == before);
+    CHECK(pl_port_message_count(notify) == 0);
+    pl_port_destroy(notify);
+    close(svc);
+    remove_service_dir(dir);
+}
+
+static void scenario_look_up_meets_death(void) { run_in_own_process(look_up_meets_death_body); }
 
 /* ---- shared-memory rings ------------------------------------------------------------------------------ */
 
@@ -5513,6 +5619,7 @@ int main(int argc, char **argv) {
         { "fork_during_check_in", scenario_fork_during_check_in },
         { "status_queries", scenario_status_queries },
         { "look_up_abandoned", scenario_look_up_abandoned },
+        { "look_up_meets_death", scenario_look_up_meets_death },
         { "ring_bells", scenario_ring_bells },
         { "ring_reach", scenario_ring_reach },
         { "ring_hostile", scenario_ring_hostile },
