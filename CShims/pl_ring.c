@@ -83,8 +83,8 @@ struct pl_ring {
  * wait, and it still wakes whoever watches (the kernel wakes the eventfd's waiters on every write, and its readers
  * find it readable while the counter is not zero). Nothing fills, so nothing is ever emptied. The eventfd's lock is
  * a spinlock the kernel never holds while it copies from or to a process's memory: unlike a pipe's mutex, a peer
- * whose own page fault never ends inside a read or write of it holds up no one. A peer that reads the counter
- * down to zero only loses its own wake-ups. */
+ * whose own page fault never ends inside a read or write of it holds up no one. A peer that reads a bell's counter
+ * down to zero silences that bell, as it could by never ringing: only its own traffic stalls. */
 static uint32_t pl_align8(uint32_t n) { return (n + 7u) & ~7u; }
 
 static atomic_uint_fast64_t pl_bells_rung;
