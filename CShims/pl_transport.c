@@ -178,9 +178,16 @@ static void pl_transport_after_fork_child(void) {
  * sender streams, or for room in a full socket. exit() sends what waits, as stdio flushes its buffers, so that a
  * process that sends and then ends normally loses nothing; a peer that does not read holds it up a second at most. */
 #define PL_EXIT_FLUSH_NS 1000000000LL
+/* Set when this process (or the parent it was forked from) first starts a transport, with its fork handlers: the
+ * flush does nothing before, not even take T.lock, which a process with no fork handlers may have copied held. */
+static atomic_bool pl_exit_flush_armed;
 /* One connection at a time, each marked as it is taken, so that the flush needs no memory: T.lock cannot be held
- * while a connection is flushed (a write that fails there posts to the transport). */
+ * while a connection is flushed (a write that fails there posts to the transport). From the flush on, a sender that
+ * streams holds nothing back to pack: a send made after it (from an atexit handler that runs later) goes at once if
+ * the socket has room. */
 static void pl_transport_flush_at_exit(void) {
+    if (!atomic_load_explicit(&pl_exit_flush_armed, memory_order_acquire)) return;
+    pl_set_stream_packing(0);
     int64_t deadline = pl_now_ns() + PL_EXIT_FLUSH_NS;
     for (;;) {
         pthread_mutex_lock(&T.lock);
@@ -197,10 +204,15 @@ static void pl_transport_flush_at_exit(void) {
     }
 }
 
+/* atexit handlers run in the reverse order of their registration. Registered when the library is loaded, before
+ * main() runs, the flush runs after every handler the program registers, whenever it does: what such a handler
+ * sends is flushed too. */
+__attribute__((constructor)) static void pl_register_exit_flush(void) { atexit(pl_transport_flush_at_exit); }
+
 static pthread_once_t pl_fork_handlers_once = PTHREAD_ONCE_INIT;
 static void pl_install_fork_handlers(void) {
     pthread_atfork(pl_transport_before_fork, pl_transport_after_fork_parent, pl_transport_after_fork_child);
-    atexit(pl_transport_flush_at_exit);
+    atomic_store_explicit(&pl_exit_flush_armed, true, memory_order_release);
 }
 
 pl_status_t pl_transport_start(void) {

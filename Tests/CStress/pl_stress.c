@@ -77,6 +77,11 @@
  *                            left stopped, exit() returns after the flush's bound (a second); with its connection's
  *                            shared-memory ring broken just before exit() (the read index out of bounds), the flush
  *                            ends the connection and exit() returns
+ *   exit_handler_sends       a child's own atexit handler, registered before its transport first started, queues
+ *                            1 MiB or more for a stopped service: resumed once the child has ended or 300 ms later,
+ *                            the service gets every message (the exit flush runs after the program's handlers); a
+ *                            handler that runs after the flush streams 200 small messages, packing on, to a
+ *                            service with room: each arrives
  *   fragments_in_place       a connection driven by hand with a message of four fragments: later fragments are
  *                            read straight into the reassembly buffer, one packet or a batch at a time; a control
  *                            frame between fragments, a last fragment packed with another message, and a fragment
@@ -3664,6 +3669,132 @@ static void scenario_exit_flush(void) {
     run_in_own_process(exit_flush_broken_ring_body);
 }
 
+/* ---- exit_handler_sends ------------------------------------------------------------------------------ */
+
+enum { EH_LATE = 200 };
+
+/* The child's right to the service and its pipe to the scenario's process, for its atexit handlers; whether the late
+ * handler sends (only in the late round's child). */
+static pl_port_t *eh_service;
+static int eh_to_parent = -1;
+static bool eh_late;
+
+/* The child's own atexit handler, registered before its transport first started: queues what it can of EF_MOST
+ * messages for the stopped service (a send waits 100 ms at most) and says how many. */
+static void eh_exit_handler(void) {
+    static uint8_t payload[EF_SIZE];
+    uint32_t sent = 0;
+    while (sent < EF_MOST && pl_port_send(eh_service, 31, payload, sizeof payload, NULL, 100 * MS) == PL_OK) sent++;
+    if (write(eh_to_parent, &sent, sizeof sent) != sizeof sent) _exit(4);
+}
+
+/* Registered before the library's exit flush (a constructor of a lower priority runs first), so it runs after the
+ * flush: in the late round's child, streams EH_LATE small messages, packing on, to the running service, and says how
+ * many sends returned. Every process of this program has it; it does nothing elsewhere. */
+static void eh_late_handler(void) {
+    if (!eh_late) return;
+    uint64_t word = 0;
+    uint32_t sent = 0;
+    while (sent < EH_LATE && pl_port_send(eh_service, 32, &word, sizeof word, NULL, 100 * MS) == PL_OK) sent++;
+    if (write(eh_to_parent, &sent, sizeof sent) != sizeof sent) _exit(4);
+}
+__attribute__((constructor(101))) static void eh_register_late_handler(void) { atexit(eh_late_handler); }
+
+/* A child of the scenario's process, forked before either has started a transport, whose connection goes by socket
+ * only: registers its handler (or arms the late one, with packing on), then looks the service up (which starts its transport), says so, waits for the go
+ * and calls exit(). */
+static void eh_sender(const char *dir, int to_parent, int from_parent, bool late) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    pl_set_shared_rings(PL_RINGS_NEVER); /* a ring would take what the socket cannot, and nothing would wait */
+    eh_to_parent = to_parent;
+    if (late) {
+        eh_late = true;
+        pl_set_stream_packing(1);
+    } else if (atexit(eh_exit_handler) != 0) {
+        _exit(2);
+    }
+    char byte = 'L';
+    if (pl_service_look_up(dir, "svc", 5000 * MS, &eh_service) != PL_OK) _exit(2);
+    if (write(to_parent, &byte, 1) != 1 || read(from_parent, &byte, 1) != 1) _exit(3);
+    exit(0);
+}
+
+/* What a program's own atexit handler sends is flushed too, however early the handler was registered: the child's
+ * handler, registered before its transport started, streams into the stopped service's full socket; the service
+ * resumes once the child has ended or 300 ms after the handler's last send, and every message arrives. Late: a
+ * handler that runs after the flush streams into a service with room, and every message arrives (none is held back
+ * to be packed). */
+static void exit_handler_sends_round(bool late) {
+    char dir[] = "/tmp/pl-stress-eh-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    pid_t service = fork_idle_service(dir, 1024, EF_SIZE);
+    int up[2], down[2];
+    CHECK(pipe2(up, O_CLOEXEC) == 0 && pipe2(down, O_CLOEXEC) == 0);
+    pid_t child = fork_or_end();
+    if (child == 0) eh_sender(dir, up[1], down[0], late);
+    close(up[1]);
+    close(down[0]);
+    char byte = 0;
+    uint32_t sent = 0;
+    int status = 0;
+    CHECK(read(up[0], &byte, 1) == 1 && byte == 'L');
+    if (!late) {
+        /* Stopped before the go: a stop takes effect only when each of its threads next runs. */
+        CHECK(kill(service, SIGSTOP) == 0);
+        CHECK(waitpid(service, &status, WUNTRACED) == service && WIFSTOPPED(status));
+    }
+    byte = 'G';
+    CHECK(write(down[1], &byte, 1) == 1);
+    CHECK(read(up[0], &sent, sizeof sent) == sizeof sent);
+    /* More than the socket holds: the rest waits in the child's queue when its handler returns. */
+    CHECK(late ? sent == EH_LATE : sent * EF_SIZE > 1024 * 1024);
+    int64_t handled = now_ns();
+    pid_t done = 0;
+    if (!late) {
+        while ((done = waitpid(child, &status, WNOHANG)) == 0 && now_ns() - handled < 300 * MS) sleep_us(1000);
+        CHECK(kill(service, SIGCONT) == 0);
+    }
+    while (done == 0 && (done = waitpid(child, &status, WNOHANG)) == 0 && now_ns() - handled < 10000 * MS) {
+        sleep_us(1000);
+    }
+    if (done == 0) {
+        fprintf(stderr, "exit_handler_sends: the child's exit() did not return in 10 s\n");
+        kill(child, SIGKILL);
+        waitpid(child, &status, 0);
+    }
+    /* 1: valgrind's verdict on the memory the child inherited. */
+    CHECK(done == child && WIFEXITED(status) && WEXITSTATUS(status) <= 1);
+    pl_port_t *right = NULL;
+    pl_service_status_t answer = { 0 };
+    CHECK_OK(pl_service_look_up(dir, "svc", 5000 * MS, &right));
+    /* The service reads the child's connection and this one in turns: a first answer may come before the last of
+     * the child's messages is read. */
+    int64_t asked = now_ns();
+    for (;;) {
+        CHECK_OK(pl_service_status(right, 0, 5000 * MS, &answer));
+        if (answer.queue_depth >= sent || now_ns() - asked > 2000 * MS) break;
+        sleep_us(10000);
+    }
+    if (answer.queue_depth != sent) {
+        fprintf(stderr, "exit_handler_sends: %u messages sent from the %s exit handler, %u arrived\n", sent,
+                late ? "late" : "early", answer.queue_depth);
+    }
+    CHECK(answer.queue_depth == sent);
+    CHECK_OK(pl_port_release_send(right));
+    kill(service, SIGKILL);
+    CHECK(waitpid(service, &status, 0) == service);
+    close(up[0]);
+    close(down[1]);
+    remove_service_dir(dir);
+}
+
+static void exit_handler_sends_early_body(void) { exit_handler_sends_round(false); }
+static void exit_handler_sends_late_body(void) { exit_handler_sends_round(true); }
+static void scenario_exit_handler_sends(void) {
+    run_in_own_process(exit_handler_sends_early_body);
+    run_in_own_process(exit_handler_sends_late_body);
+}
+
 /* ---- fragments_in_place ------------------------------------------------------------------------- */
 
 #define FRAGMENTED_SIZE 200000u /* four fragments: three full, the last 3,548 bytes */
@@ -5628,6 +5759,7 @@ int main(int argc, char **argv) {
         { "ring_stream_to_set", scenario_ring_stream_to_set },
         { "senders_to_checked_in_port", scenario_senders_to_checked_in_port },
         { "exit_flush", scenario_exit_flush },
+        { "exit_handler_sends", scenario_exit_handler_sends },
         { "fragments_in_place", scenario_fragments_in_place },
         { "once_message_cut_short", scenario_once_message_cut_short },
         { "want_behind_local_senders", scenario_want_behind_local_senders },
