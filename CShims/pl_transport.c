@@ -184,7 +184,7 @@ static atomic_bool pl_exit_flush_armed;
 /* One connection at a time, each marked as it is taken, so that the flush needs no memory: T.lock cannot be held
  * while a connection is flushed (a write that fails there posts to the transport). From the flush on, a sender that
  * streams holds nothing back to pack: a send made after it (from an atexit handler that runs later) goes at once if
- * the socket has room. */
+ * the socket or ring has room. */
 static void pl_transport_flush_at_exit(void) {
     if (!atomic_load_explicit(&pl_exit_flush_armed, memory_order_acquire)) return;
     pl_set_stream_packing(0);
