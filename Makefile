@@ -217,7 +217,9 @@ $(STRESS_DIR)/pl_stress: $(STRESS_SOURCES) $(wildcard CShims/*.h CShims/include/
 	$(CC_STRESS) $(STRESS_CFLAGS) -gdwarf-4 -o $@ $(STRESS_SOURCES) $(STRESS_LIBS)
 
 # That program under valgrind's leak checker (about 25 s on 2 cores; part of `leakcheck`). --child-silent-after-fork:
-# the fork scenarios' children inherit the parent's memory, which valgrind would report as their leaks. --fair-sched:
+# the fork scenarios' children inherit the parent's memory, which valgrind would report as their leaks. It silences
+# their other errors too: a scenario run in a process of its own asks memcheck how many it found, and fails on them
+# (Tests/CStress/pl_stress.c, run_in_own_process). --fair-sched:
 # valgrind runs one thread at a time, and by default a thread spinning on the port layer's adaptive mutexes
 # (descriptor_for_waiter's pollers) can keep the others from running for minutes.
 stress-valgrind: deps valgrind-deps $(STRESS_DIR)/pl_stress
