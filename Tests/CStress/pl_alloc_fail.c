@@ -768,11 +768,13 @@ static void check_starved_work(void) {
  * message the child sent. */
 #define EXIT_FLUSH_MOST 64
 static bool exit_flush_child;
-/* Registered before the library's handlers, so it runs after its exit flush: the child ends there, before
- * LeakSanitizer looks at a heap copied from a parent with threads the child does not have. */
+/* Registered before the library's exit flush (a constructor of a lower priority runs first, and atexit handlers
+ * run in the reverse order), so it runs after the flush: the child ends there, before LeakSanitizer looks at a heap
+ * copied from a parent with threads the child does not have. */
 static void end_exit_flush_child(void) {
     if (exit_flush_child) _exit(0);
 }
+__attribute__((constructor(101))) static void register_end_exit_flush_child(void) { atexit(end_exit_flush_child); }
 
 static void check_exit_flush(void) {
     run_name = "across processes, the exit flush with no memory left";
@@ -1000,7 +1002,6 @@ int main(int argc, char **argv) {
         _exit(transport_start_child());
     }
     verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
-    atexit(end_exit_flush_child);
     setvbuf(stdout, NULL, _IOLBF, 0);
     service_counts = mmap(NULL, sizeof *service_counts, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (service_counts == MAP_FAILED) {

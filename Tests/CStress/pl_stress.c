@@ -4,7 +4,8 @@
  * stress-tsan`) and helgrind, which reports two locks ever taken in opposite orders (`make stress-helgrind`).
  *
  * Each scenario is one check. It passes when no CHECK in it failed; leaks and memory errors are caught by
- * the sanitizer (which makes the process exit non-zero) rather than by the checks. Scenarios:
+ * the sanitizer (which makes the process exit non-zero) rather than by the checks, and in a scenario's own
+ * process (run_in_own_process) by the child's own look at memcheck's count of errors. Scenarios:
  *
  *   queued_reply_rights      ports destroyed with messages still queued that carry reply rights (some to
  *                            the port itself); the too-large rule; reply counts return to zero
