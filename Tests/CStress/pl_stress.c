@@ -3607,11 +3607,102 @@ static _Atomic uint32_t *ef_ring_head(void) {
     return start != 0 ? (_Atomic uint32_t *)(uintptr_t)(start + RING_HEAD(0)) : NULL;
 }
 
+/* Queues what it can of EF_MOST messages of EF_SIZE bytes for `service` (a send waits 100 ms at most): how many. */
+static uint32_t ef_send_what_fits(pl_port_t *service, int32_t id) {
+    static uint8_t payload[EF_SIZE];
+    uint32_t sent = 0;
+    while (sent < EF_MOST && pl_port_send(service, id, payload, sizeof payload, NULL, 100 * MS) == PL_OK) sent++;
+    return sent;
+}
+
+/* What the exit scenarios share: an idle service process, and a child that talks to the scenario's process over two
+ * pipes (it says 'L' once it has looked the service up, waits for the go, says how many it sent) and then calls
+ * exit(). */
+typedef struct {
+    char dir[40];
+    pid_t service, child;
+    int up, down;             /* from the child, to the child */
+} exit_rig_t;
+
+/* Makes the service in a new directory named after `prefix` and forks the child, which runs `child_body` (it never
+ * returns); once the child has said 'L', stops the service if `stop` (and waits for the stop: it takes effect only
+ * when each of its threads next runs), gives the go, and returns how many the child says it sent. */
+static uint32_t exit_rig_open(exit_rig_t *rig, const char *prefix, bool stop,
+                              void (*child_body)(const char *dir, int to_parent, int from_parent, int round), int round) {
+    snprintf(rig->dir, sizeof rig->dir, "/tmp/pl-stress-%s-XXXXXX", prefix);
+    CHECK(mkdtemp(rig->dir) != NULL);
+    rig->service = fork_idle_service(rig->dir, 1024, EF_SIZE);
+    int up[2], down[2];
+    CHECK(pipe2(up, O_CLOEXEC) == 0 && pipe2(down, O_CLOEXEC) == 0);
+    rig->child = fork_or_end();
+    if (rig->child == 0) child_body(rig->dir, up[1], down[0], round);
+    close(up[1]);
+    close(down[0]);
+    rig->up = up[0];
+    rig->down = down[1];
+    char byte = 0;
+    uint32_t sent = 0;
+    CHECK(read(rig->up, &byte, 1) == 1 && byte == 'L');
+    if (stop) {
+        int status = 0;
+        CHECK(kill(rig->service, SIGSTOP) == 0);
+        CHECK(waitpid(rig->service, &status, WUNTRACED) == rig->service && WIFSTOPPED(status));
+    }
+    byte = 'G';
+    CHECK(write(rig->down, &byte, 1) == 1);
+    CHECK(read(rig->up, &sent, sizeof sent) == sizeof sent);
+    return sent;
+}
+
+/* Whether the child has ended, without reaping it. */
+static bool exit_rig_child_ended(exit_rig_t *rig) {
+    siginfo_t info = { 0 };
+    return waitid(P_PID, (id_t)rig->child, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == rig->child;
+}
+
+/* Reaps the child, waiting 10 s at most from `since` (then it is killed and the check fails); it must have exited with
+ * 0, or 1 (valgrind's verdict on the memory it inherited). Returns how long after `since` it had ended. */
+static int64_t exit_rig_reap(exit_rig_t *rig, int64_t since, const char *scenario) {
+    int status = 0;
+    pid_t done = 0;
+    while ((done = waitpid(rig->child, &status, WNOHANG)) == 0 && now_ns() - since < 10000 * MS) sleep_us(1000);
+    int64_t took = now_ns() - since;
+    if (done == 0) {
+        fprintf(stderr, "%s: the child's exit() did not return in 10 s\n", scenario);
+        kill(rig->child, SIGKILL);
+        waitpid(rig->child, &status, 0);
+    }
+    CHECK(done == rig->child && WIFEXITED(status) && WEXITSTATUS(status) <= 1);
+    return took;
+}
+
+/* The service's queue depth, asked again until it reaches `expected` for `settle_ns` at most (the service reads its
+ * connections in turns); then the service, the pipes and the directory go. */
+static uint32_t exit_rig_close(exit_rig_t *rig, uint32_t expected, int64_t settle_ns) {
+    pl_port_t *right = NULL;
+    pl_service_status_t answer = { 0 };
+    CHECK_OK(pl_service_look_up(rig->dir, "svc", 5000 * MS, &right));
+    int64_t asked = now_ns();
+    for (;;) {
+        CHECK_OK(pl_service_status(right, 0, 5000 * MS, &answer));
+        if (answer.queue_depth >= expected || now_ns() - asked >= settle_ns) break;
+        sleep_us(10000);
+    }
+    CHECK_OK(pl_port_release_send(right));
+    int status = 0;
+    kill(rig->service, SIGKILL);
+    CHECK(waitpid(rig->service, &status, 0) == rig->service);
+    close(rig->up);
+    close(rig->down);
+    remove_service_dir(rig->dir);
+    return answer.queue_depth;
+}
+
 /* A child of the scenario's process, forked before that process has threads: looks the service up, says so, waits
  * for the go (the service is stopped by then), queues what it can of EF_MOST messages (a send waits 100 ms at most),
  * says how many, and calls exit(): what still waits in its connection's queue is the exit flush's. With a broken
  * ring, the flush's first look for room finds the read index out of bounds and ends the connection. */
-static void ef_sender(const char *dir, int to_parent, int from_parent, ef_round_t round) {
+static void ef_sender(const char *dir, int to_parent, int from_parent, int round) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (round == EF_BROKEN_RING) pl_set_shared_rings(PL_RINGS_ALWAYS);
     pl_port_t *service = NULL;
@@ -3625,9 +3716,7 @@ static void ef_sender(const char *dir, int to_parent, int from_parent, ef_round_
         if (pl_service_status(service, 0, 5000 * MS, &status) != PL_OK || (head = ef_ring_head()) == NULL) _exit(5);
     }
     if (write(to_parent, &byte, 1) != 1 || read(from_parent, &byte, 1) != 1) _exit(3);
-    static uint8_t payload[EF_SIZE];
-    uint32_t sent = 0;
-    while (sent < EF_MOST && pl_port_send(service, 30, payload, sizeof payload, NULL, 100 * MS) == PL_OK) sent++;
+    uint32_t sent = ef_send_what_fits(service, 30);
     if (write(to_parent, &sent, sizeof sent) != sizeof sent) _exit(4);
     if (head != NULL) atomic_store(head, 0xfffffff1u); /* read ahead of the tail, and misaligned */
     exit(0);
@@ -3638,63 +3727,25 @@ static void ef_sender(const char *dir, int to_parent, int from_parent, ef_round_
  * gives up after the flush's bound (a second); when the ring breaks, the flush ends the connection, which takes the
  * transport's lock: a flush that held it would wait for itself. */
 static void exit_flush_round(ef_round_t round) {
-    char dir[] = "/tmp/pl-stress-ef-XXXXXX";
-    CHECK(mkdtemp(dir) != NULL);
-    pid_t service = fork_idle_service(dir, 1024, EF_SIZE);
-    int up[2], down[2];
-    CHECK(pipe2(up, O_CLOEXEC) == 0 && pipe2(down, O_CLOEXEC) == 0);
-    pid_t child = fork_or_end();
-    if (child == 0) ef_sender(dir, up[1], down[0], round);
-    close(up[1]);
-    close(down[0]);
-    char byte = 0;
-    uint32_t sent = 0;
-    CHECK(read(up[0], &byte, 1) == 1 && byte == 'L');
-    /* Stopped before the go: a stop takes effect only when each of its threads next runs. */
-    CHECK(kill(service, SIGSTOP) == 0);
-    int stopped = 0;
-    CHECK(waitpid(service, &stopped, WUNTRACED) == service && WIFSTOPPED(stopped));
-    byte = 'G';
-    CHECK(write(down[1], &byte, 1) == 1);
-    CHECK(read(up[0], &sent, sizeof sent) == sizeof sent);
+    exit_rig_t rig;
+    uint32_t sent = exit_rig_open(&rig, "ef", true, ef_sender, (int)round);
     /* More than a Unix socket holds (212,992 bytes by default) or than the ring lets a writer use: the rest waits in
      * the child's queue at exit. */
     CHECK(sent * EF_SIZE > 1024 * 1024);
     int64_t exiting = now_ns();
     if (round == EF_RESUMED) {
         sleep_us(100000);
-        CHECK(kill(service, SIGCONT) == 0);
+        CHECK(kill(rig.service, SIGCONT) == 0);
     }
-    int status = 0;
-    pid_t done = 0;
-    while ((done = waitpid(child, &status, WNOHANG)) == 0 && now_ns() - exiting < 10000 * MS) sleep_us(1000);
-    int64_t took = now_ns() - exiting;
-    if (done == 0) {
-        fprintf(stderr, "exit_flush: round %d: the child's exit() did not return in 10 s\n", (int)round);
-        kill(child, SIGKILL);
-        waitpid(child, &status, 0);
-    }
-    /* 1: valgrind's verdict on the memory the child inherited. */
-    CHECK(done == child && WIFEXITED(status) && WEXITSTATUS(status) <= 1);
+    int64_t took = exit_rig_reap(&rig, exiting, "exit_flush");
     if (round != EF_RESUMED) {
         CHECK(took < 5000 * MS); /* the flush's bound is a second */
-        CHECK(kill(service, SIGCONT) == 0);
+        CHECK(kill(rig.service, SIGCONT) == 0);
     }
-    pl_port_t *right = NULL;
-    pl_service_status_t answer = { 0 };
-    CHECK_OK(pl_service_look_up(dir, "svc", 5000 * MS, &right));
-    CHECK_OK(pl_service_status(right, 0, 5000 * MS, &answer));
-    if (round == EF_RESUMED && answer.queue_depth != sent) {
-        fprintf(stderr, "exit_flush: %u messages sent, %u arrived\n", sent, answer.queue_depth);
-    }
+    uint32_t arrived = exit_rig_close(&rig, sent, 0);
+    if (round == EF_RESUMED && arrived != sent) fprintf(stderr, "exit_flush: %u messages sent, %u arrived\n", sent, arrived);
     /* What a broken ring held may or may not be read before its connection ends: only that not all came. */
-    CHECK(round == EF_RESUMED ? answer.queue_depth == sent : answer.queue_depth < sent);
-    CHECK_OK(pl_port_release_send(right));
-    kill(service, SIGKILL);
-    CHECK(waitpid(service, &status, 0) == service);
-    close(up[0]);
-    close(down[1]);
-    remove_service_dir(dir);
+    CHECK(round == EF_RESUMED ? arrived == sent : arrived < sent);
 }
 
 static void exit_flush_resumed_body(void) { exit_flush_round(EF_RESUMED); }
@@ -3719,9 +3770,7 @@ static bool eh_late;
 /* The child's own atexit handler, registered before its transport first started: queues what it can of EF_MOST
  * messages for the stopped service (a send waits 100 ms at most) and says how many. */
 static void eh_exit_handler(void) {
-    static uint8_t payload[EF_SIZE];
-    uint32_t sent = 0;
-    while (sent < EF_MOST && pl_port_send(eh_service, 31, payload, sizeof payload, NULL, 100 * MS) == PL_OK) sent++;
+    uint32_t sent = ef_send_what_fits(eh_service, 31);
     if (write(eh_to_parent, &sent, sizeof sent) != sizeof sent) _exit(4);
 }
 
@@ -3740,7 +3789,7 @@ __attribute__((constructor(101))) static void eh_register_late_handler(void) { a
 /* A child of the scenario's process, forked before either has started a transport, whose connection goes by socket
  * only: registers its handler (or arms the late one, with packing on), then looks the service up (which starts its transport), says so, waits for the go
  * and calls exit(). */
-static void eh_sender(const char *dir, int to_parent, int from_parent, bool late) {
+static void eh_sender(const char *dir, int to_parent, int from_parent, int late) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     pl_set_shared_rings(PL_RINGS_NEVER); /* a ring would take what the socket cannot, and nothing would wait */
     eh_to_parent = to_parent;
@@ -3762,67 +3811,22 @@ static void eh_sender(const char *dir, int to_parent, int from_parent, bool late
  * handler that runs after the flush streams into a service with room, and every message arrives (none is held back
  * to be packed). */
 static void exit_handler_sends_round(bool late) {
-    char dir[] = "/tmp/pl-stress-eh-XXXXXX";
-    CHECK(mkdtemp(dir) != NULL);
-    pid_t service = fork_idle_service(dir, 1024, EF_SIZE);
-    int up[2], down[2];
-    CHECK(pipe2(up, O_CLOEXEC) == 0 && pipe2(down, O_CLOEXEC) == 0);
-    pid_t child = fork_or_end();
-    if (child == 0) eh_sender(dir, up[1], down[0], late);
-    close(up[1]);
-    close(down[0]);
-    char byte = 0;
-    uint32_t sent = 0;
-    int status = 0;
-    CHECK(read(up[0], &byte, 1) == 1 && byte == 'L');
-    if (!late) {
-        /* Stopped before the go: a stop takes effect only when each of its threads next runs. */
-        CHECK(kill(service, SIGSTOP) == 0);
-        CHECK(waitpid(service, &status, WUNTRACED) == service && WIFSTOPPED(status));
-    }
-    byte = 'G';
-    CHECK(write(down[1], &byte, 1) == 1);
-    CHECK(read(up[0], &sent, sizeof sent) == sizeof sent);
+    exit_rig_t rig;
+    uint32_t sent = exit_rig_open(&rig, "eh", !late, eh_sender, late);
     /* More than the socket holds: the rest waits in the child's queue when its handler returns. */
     CHECK(late ? sent == EH_LATE : sent * EF_SIZE > 1024 * 1024);
     int64_t handled = now_ns();
-    pid_t done = 0;
     if (!late) {
-        while ((done = waitpid(child, &status, WNOHANG)) == 0 && now_ns() - handled < 300 * MS) sleep_us(1000);
-        CHECK(kill(service, SIGCONT) == 0);
+        while (!exit_rig_child_ended(&rig) && now_ns() - handled < 300 * MS) sleep_us(1000);
+        CHECK(kill(rig.service, SIGCONT) == 0);
     }
-    while (done == 0 && (done = waitpid(child, &status, WNOHANG)) == 0 && now_ns() - handled < 10000 * MS) {
-        sleep_us(1000);
-    }
-    if (done == 0) {
-        fprintf(stderr, "exit_handler_sends: the child's exit() did not return in 10 s\n");
-        kill(child, SIGKILL);
-        waitpid(child, &status, 0);
-    }
-    /* 1: valgrind's verdict on the memory the child inherited. */
-    CHECK(done == child && WIFEXITED(status) && WEXITSTATUS(status) <= 1);
-    pl_port_t *right = NULL;
-    pl_service_status_t answer = { 0 };
-    CHECK_OK(pl_service_look_up(dir, "svc", 5000 * MS, &right));
-    /* The service reads the child's connection and this one in turns: a first answer may come before the last of
-     * the child's messages is read. */
-    int64_t asked = now_ns();
-    for (;;) {
-        CHECK_OK(pl_service_status(right, 0, 5000 * MS, &answer));
-        if (answer.queue_depth >= sent || now_ns() - asked > 2000 * MS) break;
-        sleep_us(10000);
-    }
-    if (answer.queue_depth != sent) {
+    exit_rig_reap(&rig, handled, "exit_handler_sends");
+    uint32_t arrived = exit_rig_close(&rig, sent, 2000 * MS);
+    if (arrived != sent) {
         fprintf(stderr, "exit_handler_sends: %u messages sent from the %s exit handler, %u arrived\n", sent,
-                late ? "late" : "early", answer.queue_depth);
+                late ? "late" : "early", arrived);
     }
-    CHECK(answer.queue_depth == sent);
-    CHECK_OK(pl_port_release_send(right));
-    kill(service, SIGKILL);
-    CHECK(waitpid(service, &status, 0) == service);
-    close(up[0]);
-    close(down[1]);
-    remove_service_dir(dir);
+    CHECK(arrived == sent);
 }
 
 static void exit_handler_sends_early_body(void) { exit_handler_sends_round(false); }
