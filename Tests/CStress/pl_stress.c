@@ -2841,20 +2841,24 @@ static void scenario_ring_reach(void) {
     ring_pair_close(&p);
 }
 
-/* Sends `fd` over the socket `channel`, beside a byte (SCM_RIGHTS). */
-static bool send_one_descriptor(int channel, int fd) {
-    union { char bytes[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } control;
-    char byte = 0;
-    struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes,
-                          .msg_controllen = sizeof control.bytes };
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    return sendmsg(channel, &msg, MSG_NOSIGNAL) == 1;
+/* Sends one packet of `length` bytes over `socket` with up to two descriptors beside it (SCM_RIGHTS): whether it
+ * went whole. */
+static bool send_with_descriptors(int socket, const void *packet, size_t length, const int *fds, int count) {
+    union { char bytes[CMSG_SPACE(2 * sizeof(int))]; struct cmsghdr align; } control;
+    memset(&control, 0, sizeof control);
+    struct iovec iov = { .iov_base = (void *)packet, .iov_len = length };
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = length > 0 ? 1 : 0, .msg_control = control.bytes,
+                          .msg_controllen = CMSG_SPACE((size_t)count * sizeof(int)) };
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN((size_t)count * sizeof(int));
+    memcpy(CMSG_DATA(cmsg), fds, (size_t)count * sizeof(int));
+    return sendmsg(socket, &msg, MSG_NOSIGNAL) == (ssize_t)length;
 }
+
+/* Sends `fd` over the socket `channel`, beside a byte. */
+static bool send_one_descriptor(int channel, int fd) { return send_with_descriptors(channel, "", 1, &fd, 1); }
 
 /* The descriptor send_one_descriptor sent over `channel`, or -1. */
 static int receive_one_descriptor(int channel) {
@@ -3898,17 +3902,7 @@ static void hand_send(hand_conn_t *h, const uint8_t *packet, size_t length) {
 
 /* Sends one packet with up to two descriptors beside it (SCM_RIGHTS). */
 static void hand_send_fds(hand_conn_t *h, const uint8_t *packet, size_t length, const int *fds, int count) {
-    union { char bytes[CMSG_SPACE(2 * sizeof(int))]; struct cmsghdr align; } control;
-    memset(&control, 0, sizeof control);
-    struct iovec iov = { .iov_base = (void *)packet, .iov_len = length };
-    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = length > 0 ? 1 : 0, .msg_control = control.bytes,
-                          .msg_controllen = CMSG_SPACE((size_t)count * sizeof(int)) };
-    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
-    cmsg->cmsg_level = SOL_SOCKET;
-    cmsg->cmsg_type = SCM_RIGHTS;
-    cmsg->cmsg_len = CMSG_LEN((size_t)count * sizeof(int));
-    memcpy(CMSG_DATA(cmsg), fds, (size_t)count * sizeof(int));
-    CHECK(sendmsg(h->pair[1], &msg, 0) == (ssize_t)length);
+    CHECK(send_with_descriptors(h->pair[1], packet, length, fds, count));
 }
 
 /* Appends a MESSAGE frame for handle 1 with the given flags (the fragment of `total` bytes at `offset`, `count` of
