@@ -47,8 +47,10 @@ public struct PortNamespace: Sendable, Hashable, CustomStringConvertible {
     /// When `true`, a sender that sends back to back (eight messages in a row, each within 2 µs of the last)
     /// has its messages wait in the connection's outgoing queue until a 64 KiB packet fills or the transport
     /// thread finds the socket writable, microseconds later: a system call per packet rather than per message,
-    /// which multiplies one-way throughput (see the benchmarks). A message sent after a pause goes at once, so
-    /// round trips do not change. The cost is Mach's guarantee that a message whose `send` returned is
+    /// which multiplies one-way throughput through the socket (see the benchmarks). A connection that has moved to
+    /// a shared-memory ring (``sharedRings``) holds nothing back: a ring needs no system call per message, and
+    /// streams faster than a packed socket. A message sent after a pause goes at once, so round trips do not
+    /// change. The cost is Mach's guarantee that a message whose `send` returned is
     /// delivered even if the sender then dies: a process killed with SIGKILL, or ending through `_exit` or a
     /// crash, loses what it held. `exit()` sends it first. Leave it off where that matters, or make the last
     /// message of a stream a `request`.
