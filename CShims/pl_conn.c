@@ -191,8 +191,12 @@ static bool pl_conn_needs_socket_room_locked(const pl_conn_t *conn) {
 #define PL_CONN_STREAK 8u
 
 static atomic_bool pl_stream_packing_on;
+/* Set by the exit flush: from then on nothing is held back, whatever the setting says (the setting itself stays what
+ * the process made it, for whoever reads it in a later exit handler). */
+static atomic_bool pl_stream_packing_over;
 int pl_stream_packing(void) { return atomic_load_explicit(&pl_stream_packing_on, memory_order_relaxed); }
 void pl_set_stream_packing(int on) { atomic_store_explicit(&pl_stream_packing_on, on != 0, memory_order_relaxed); }
+void pl_conn_stop_packing(void) { atomic_store_explicit(&pl_stream_packing_over, true, memory_order_relaxed); }
 
 /* The outgoing queue has emptied (write_lock held): nothing is backlogged, and a client's connection left with no
  * right (end_when_sent, pl_proxy.c) ends now that what it sent has gone. */
@@ -213,7 +217,8 @@ pl_status_t pl_conn_put_frame_parts_locked(pl_conn_t *conn, const uint8_t *head,
     bool ring = conn->ring_state == PL_CONN_RING_WRITING;
     /* The streak of quick puts is kept only while packing is on (a put reads no clock otherwise), and not by ring,
      * which packs nothing: a stream crosses it without a system call per message anyway. */
-    bool packing = !ring && atomic_load_explicit(&pl_stream_packing_on, memory_order_relaxed);
+    bool packing = !ring && atomic_load_explicit(&pl_stream_packing_on, memory_order_relaxed) &&
+                   !atomic_load_explicit(&pl_stream_packing_over, memory_order_relaxed);
     int64_t start = packing ? pl_now_ns() : 0;
     if (packing && start - conn->last_put_end < PL_CONN_CORK_NS) {
         if (conn->streak < PL_CONN_STREAK) conn->streak++;

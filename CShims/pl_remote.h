@@ -279,6 +279,8 @@ pl_status_t pl_conn_put_frame_parts_locked(pl_conn_t *conn, const uint8_t *head,
                                            uint32_t fd_count);
 /* Sends what waits in the outgoing queue, waiting for room until `deadline` (exit() does, see pl_transport.c). */
 void pl_conn_flush_before_exit(pl_conn_t *conn, int64_t deadline);
+/* From the exit flush on, no sender holds frames back to pack, whatever pl_stream_packing says. */
+void pl_conn_stop_packing(void);
 /* Writes a control frame (any thread holding no lock of the connection or of a port). */
 void pl_conn_write_control(pl_conn_t *conn, pl_frame_type_t type, uint32_t handle, uint32_t count_or_flags,
                            uint32_t transfers);

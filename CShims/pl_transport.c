@@ -187,7 +187,7 @@ static atomic_bool pl_exit_flush_armed;
  * the socket or ring has room. */
 static void pl_transport_flush_at_exit(void) {
     if (!atomic_load_explicit(&pl_exit_flush_armed, memory_order_acquire)) return;
-    pl_set_stream_packing(0);
+    pl_conn_stop_packing();
     int64_t deadline = pl_now_ns() + PL_EXIT_FLUSH_NS;
     for (;;) {
         pthread_mutex_lock(&T.lock);

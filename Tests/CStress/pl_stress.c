@@ -3779,10 +3779,11 @@ static void eh_exit_handler(void) {
 }
 
 /* Registered before the library's exit flush (a constructor of a lower priority runs first), so it runs after the
- * flush: in the late round's child, streams EH_LATE small messages, packing on, to the running service, and says how
- * many sends returned. Every process of this program has it; it does nothing elsewhere. */
+ * flush: in the late round's child, streams EH_LATE small messages, packing on (and still said to be), to the running
+ * service, and says how many sends returned. Every process of this program has it; it does nothing elsewhere. */
 static void eh_late_handler(void) {
     if (!eh_late) return;
+    if (pl_stream_packing() != 1) _exit(6); /* the flush packs nothing more, but leaves the setting as it was */
     uint64_t word = 0;
     uint32_t sent = 0;
     while (sent < EH_LATE && pl_port_send(eh_service, 32, &word, sizeof word, NULL, 100 * MS) == PL_OK) sent++;
