@@ -238,6 +238,8 @@ struct pl_conn {
     uint64_t set_read_at_rest;/* set_packets_read when the rest began */
     uint64_t set_read_at_flood;/* set_packets_read when the transport last handed a ring's flood back to the sets */
     struct pl_conn *next_resting;
+    int64_t refused_look_at;  /* a refused write's second look for the peer's hang-up is due then; 0: none */
+    struct pl_conn *next_refused;
     pl_service_t *service;    /* accepted on this service (a reference), or NULL */
     char *lookup_key;         /* a client's: the socket path it connected to */
     struct pl_conn *next;

@@ -100,6 +100,10 @@ static pl_service_t *pl_withdrawn;
 #define PL_PAUSE_NS 100000000LL
 static pl_service_t *pl_paused;
 static int64_t pl_resume_at;
+/* Connections a write found refused, their peer's hang-up not seen yet, each with a reference, linked through
+ * next_refused in the order they came, so that the first is the first due (see pl_run_refused). */
+static pl_conn_t *pl_refused;
+static pl_conn_t **pl_refused_tail = &pl_refused;
 /* The transport thread's frame buffer, made by pl_transport_start before the thread, so that a transport that
  * starts can always read: it is where work goes that another thread cannot do for want of a buffer. A child of
  * fork() keeps its copy for its own transport. */
@@ -170,6 +174,8 @@ static void pl_transport_after_fork_child(void) {
     pl_graveyard = NULL;
     pl_withdrawn = NULL;
     pl_paused = NULL;
+    pl_refused = NULL;
+    pl_refused_tail = &pl_refused;
     pthread_mutex_unlock(&pl_fork_gate);
     pthread_mutex_unlock(&T.lock);
 }
@@ -827,17 +833,46 @@ static void pl_run_read(pl_conn_t *conn) {
  * end to read after its last frames, and the reader ends the connection there; one that only shut its reading side
  * sends on, and no end comes: nothing more can reach it, and its connection ends now, once what it sent before is
  * read (whoever held the reading back: another reader, or this thread's turn not come yet). A closing peer's kernel
- * marks its own side, which refuses the write, a moment before ours: the look waits a little for the mark. Only
- * this thread closes a listed connection's socket, so it stays open without the write lock, which senders want. */
-#define PL_REFUSED_LOOK_MS 10
-static void pl_run_refused(pl_conn_t *conn) {
+ * marks its own side, which refuses the write, a moment before ours: a connection whose mark is not there yet is
+ * looked at again PL_REFUSED_LOOK_NS later (pl_look_again_at_refused). The looks never wait: this thread serves
+ * every connection, and a peer that connects again and again only to stop reading would otherwise hold it. */
+#define PL_REFUSED_LOOK_NS 10000000LL
+
+/* Whether the connection's end is coming (its peer's hang-up is marked) or it is gone already. Only this thread
+ * closes a listed connection's socket, so it stays open without the write lock, which senders want. */
+static bool pl_refused_end_coming(pl_conn_t *conn) {
+    if (atomic_load_explicit(&conn->ended, memory_order_acquire)) return true;
     pthread_mutex_lock(&conn->write_lock);
     int fd = conn->fd;
     pthread_mutex_unlock(&conn->write_lock);
-    struct pollfd hangup = { .fd = fd, .events = POLLRDHUP }; /* pending frames do not end the wait */
-    bool end_coming = fd < 0 || (poll(&hangup, 1, PL_REFUSED_LOOK_MS) > 0 &&
-                                 (hangup.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0);
-    if (!end_coming) pl_transport_end_reading(conn, "the peer does not read any more", true);
+    struct pollfd hangup = { .fd = fd, .events = POLLRDHUP }; /* pending frames are no end */
+    return fd < 0 || (poll(&hangup, 1, 0) > 0 && (hangup.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0);
+}
+
+static void pl_run_refused(pl_conn_t *conn) {
+    /* One in the list already has its second look coming. */
+    if (conn->refused_look_at != 0 || pl_refused_end_coming(conn)) return;
+    pl_conn_retain(conn);
+    conn->refused_look_at = pl_now_ns() + PL_REFUSED_LOOK_NS;
+    conn->next_refused = NULL;
+    *pl_refused_tail = conn;
+    pl_refused_tail = &conn->next_refused;
+}
+
+/* The second looks that are due: a connection with no hang-up by then has a peer that does not read. Returns the
+ * milliseconds until the next one is due, or -1. */
+static int pl_look_again_at_refused(int64_t now) {
+    while (pl_refused != NULL && pl_refused->refused_look_at <= now) {
+        pl_conn_t *conn = pl_refused;
+        pl_refused = conn->next_refused;
+        if (pl_refused == NULL) pl_refused_tail = &pl_refused;
+        conn->next_refused = NULL;
+        conn->refused_look_at = 0;
+        if (!pl_refused_end_coming(conn)) pl_transport_end_reading(conn, "the peer does not read any more", true);
+        pl_conn_release(conn); /* the list's */
+    }
+    if (pl_refused == NULL) return -1;
+    return (int)((pl_refused->refused_look_at - now + 999999) / 1000000);
 }
 
 /* Gathers the handles of unused exports, as many as fit (the connection's lock held). */
@@ -1078,7 +1113,7 @@ static void *pl_transport_main(void *unused) {
     uint8_t *buffer = pl_transport_buffer;
     struct epoll_event events[64];
     bool timed_out = false;
-    int rest = -1;
+    int rest = -1, look = -1;
     for (;;) {
         int sweep = pl_sweep_timeout(timed_out);
         bool looks = atomic_load_explicit(&pl_room_unwatched, memory_order_relaxed);
@@ -1088,11 +1123,13 @@ static void *pl_transport_main(void *unused) {
             int resume = due > 0 ? (int)((due + 999999) / 1000000) : 0;
             if (timeout < 0 || resume < timeout) timeout = resume;
         }
-        /* A wait cut short for a rest is not the sweep's: the sweep stays armed (see pl_sweep_timeout). */
-        bool for_rest = rest >= 0 && (timeout < 0 || rest < timeout);
-        if (for_rest) timeout = rest;
+        /* A wait cut short for a rest or a look at a refused peer is not the sweep's: the sweep stays armed (see
+         * pl_sweep_timeout). */
+        int soon = rest < 0 || (look >= 0 && look < rest) ? look : rest;
+        bool cut_short = soon >= 0 && (timeout < 0 || soon < timeout);
+        if (cut_short) timeout = soon;
         int n = epoll_wait(T.epoll_fd, events, 64, timeout);
-        timed_out = n == 0 && !for_rest;
+        timed_out = n == 0 && !cut_short;
         int64_t now = pl_now_ns();
         pl_resume_listeners(now);
         pl_watch_room_again(now);
@@ -1119,6 +1156,7 @@ static void *pl_transport_main(void *unused) {
             }
         }
         rest = pl_resting != NULL ? pl_end_rests(now, buffer) : -1;
+        look = pl_refused != NULL ? pl_look_again_at_refused(pl_now_ns()) : -1; /* after the events' refusals */
         pl_bury();
     }
     return NULL;

@@ -136,6 +136,10 @@
  *   refused_after_messages   messages a peer sent before it shut its reading side, still unread when this side's
  *                            write is refused (the reader held back by the read lock): delivered before the end,
  *                            from the socket and from the peer's shared-memory ring
+ *   refusing_peers_hold_nothing  40 peers connect and shut only their reading side, their status answers refused
+ *                            at once, twice: the transport does not wait for hang-ups that never come (it waited
+ *                            10 ms a refusal); round trips over another connection meanwhile take under 200 ms
+ *                            each, and the 40 connections end
  *   fork_with_queued_descriptor  a child forked while a descriptor sent as an attachment waits in a full socket's
  *                            outgoing queue holds no copy of it
  *   ring_bell_held           a peer in the middle of a read or write of its bell, its page fault unserved: this
@@ -202,6 +206,7 @@
 
 static const char *current_scenario = "";
 static atomic_int scenario_failures;
+static bool verbose; /* -v: a scenario may print its figures too */
 
 /* Records a failed check; status is a pl_status_t, or -1 when there is none to show. */
 static void fail_at(int line, const char *what, int status) {
@@ -5124,6 +5129,141 @@ static void refused_after_messages_body(void) {
 }
 static void scenario_refused_after_messages(void) { run_in_own_process(refused_after_messages_body); }
 
+/* ---- refusing_peers_hold_nothing ------------------------------------------------------------------ */
+
+/* A write a peer refuses makes the transport look for the peer's hang-up, which a closing peer's kernel marks a
+ * moment after the refusal; a peer that only shut its reading side never hangs up. The transport serves every
+ * connection of its process: a look that waited for the hang-up (10 ms) held all of them up that long per such
+ * peer, and a local peer that connects again and again only to stop reading held them up as long as it liked. The
+ * refusals here come in one batch (each peer's probe, answered by the transport, is refused), so the waits added up
+ * to REFUSING_PEERS × 10 ms in one stretch, which a round trip over another connection waited out. */
+enum { REFUSING_PEERS = 40 };
+#define REFUSING_BOUND_MS 200 /* half of what the waiting looks held the transport for */
+
+typedef struct round_trips {
+    pl_port_t *right, *replies; /* the service's port, looked up; where its echoes come */
+    atomic_bool stop;
+    atomic_int count;
+    _Atomic int64_t longest;    /* ns; set to 0 by the scenario once round trips run */
+} round_trips_t;
+
+/* Sends to the service and waits for its echo, again and again until told to stop; then asks the echo to end. */
+static void *round_trips_body(void *raw) {
+    round_trips_t *rt = raw;
+    bool first = true;
+    while (!atomic_load(&rt->stop)) {
+        int64_t start = now_ns();
+        pl_status_t sent = pl_port_send(rt->right, 1, "ping", 4, first ? rt->replies : NULL, 5000 * MS);
+        CHECK_OK(sent);
+        pl_received_t out;
+        pl_status_t got = sent == PL_OK ? pl_port_receive(rt->replies, &out, NULL, 0, 5000 * MS) : sent;
+        CHECK_OK(got);
+        if (got != PL_OK) break;
+        first = false;
+        int64_t took = now_ns() - start, longest = atomic_load(&rt->longest);
+        while (took > longest && !atomic_compare_exchange_weak(&rt->longest, &longest, took)) {}
+        atomic_fetch_add(&rt->count, 1);
+    }
+    CHECK_OK(pl_port_send(rt->right, 2, NULL, 0, NULL, 5000 * MS));
+    return NULL;
+}
+
+/* The service: echoes each message on the reply right the first one brought, until a message says to end. */
+static void *echo_body(void *raw) {
+    pl_port_t *port = raw, *back = NULL;
+    for (;;) {
+        pl_received_t in;
+        char buffer[16];
+        pl_status_t got = pl_port_receive(port, &in, buffer, sizeof buffer, 10000 * MS);
+        CHECK_OK(got);
+        if (got != PL_OK) break;
+        if (back == NULL) back = in.reply;
+        else release_reply(&in);
+        if (in.id == 2) break;
+        CHECK(back != NULL);
+        if (back != NULL) CHECK_OK(pl_port_send(back, 1, NULL, 0, NULL, 5000 * MS));
+    }
+    if (back != NULL) CHECK_OK(pl_port_release_send(back));
+    return NULL;
+}
+
+static uint32_t connection_count(void) {
+    uint32_t connections = 0;
+    pl_remote_stats(&connections, NULL, NULL);
+    return connections;
+}
+
+static void refusing_peers_hold_nothing_body(void) {
+    char dir[] = "/tmp/pl-stress-refusing-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    pl_port_t *service = new_port(64);
+    CHECK_OK(pl_service_check_in(dir, "svc", service, NULL));
+    round_trips_t rt = { .replies = new_port(64) };
+    CHECK_OK(pl_service_look_up(dir, "svc", 5000 * MS, &rt.right));
+    if (rt.right == NULL) return;
+    uint32_t connections = connection_count(); /* the look-up's, both sides */
+    pthread_t echo, trips;
+    start_thread(&echo, echo_body, service);
+    start_thread(&trips, round_trips_body, &rt);
+    for (int64_t deadline = now_ns() + 5000 * MS; atomic_load(&rt.count) < 20 && now_ns() < deadline;) sleep_us(1000);
+
+    /* The peers connect, say hello and read the service's welcome, then stop reading. */
+    struct sockaddr_un address = { .sun_family = AF_UNIX };
+    snprintf(address.sun_path, sizeof address.sun_path, "%s/svc", dir);
+    uint8_t hello[PL_WIRE_HELLO_SIZE], packet[256];
+    size_t hello_length = pl_wire_encode_hello(hello, 3, PL_HELLO_WELCOME, (pl_wire_right_t){ 0 });
+    int peers[REFUSING_PEERS];
+    for (int i = 0; i < REFUSING_PEERS; i++) {
+        peers[i] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        CHECK(peers[i] >= 0);
+        CHECK(connect(peers[i], (struct sockaddr *)&address, sizeof address) == 0);
+        CHECK(send(peers[i], hello, hello_length, 0) == (ssize_t)hello_length);
+    }
+    for (int i = 0; i < REFUSING_PEERS; i++) {
+        struct pollfd welcome = { .fd = peers[i], .events = POLLIN };
+        CHECK(poll(&welcome, 1, 5000) == 1 && recv(peers[i], packet, sizeof packet, MSG_DONTWAIT) > 0);
+        CHECK(shutdown(peers[i], SHUT_RD) == 0);
+    }
+    /* Each asks for the service's status: the transport's answer is refused. Then each asks again, once the
+     * transport has met the first refusals and while their second looks are still to come, most likely (a
+     * connection ended already refuses the question: no matter). */
+    uint8_t probe[PL_WIRE_PROBE_FIXED];
+    size_t probe_length = pl_wire_encode_probe(probe, 1, 0, 0);
+    atomic_store(&rt.longest, 0);
+    int before = atomic_load(&rt.count);
+    for (int i = 0; i < REFUSING_PEERS; i++) CHECK(send(peers[i], probe, probe_length, 0) == (ssize_t)probe_length);
+    int64_t sent = now_ns();
+    sleep_us(3000);
+    for (int i = 0; i < REFUSING_PEERS; i++) {
+        ssize_t again = send(peers[i], probe, probe_length, MSG_NOSIGNAL);
+        (void)again;
+    }
+    bool ended = false;
+    for (int64_t deadline = sent + 10000 * MS; !ended && now_ns() < deadline; sleep_us(1000)) {
+        ended = connection_count() == connections;
+    }
+    int64_t taken = now_ns() - sent;
+    if (!ended) fprintf(stderr, "  %u connections of the refusing peers left\n", connection_count() - connections);
+    CHECK(ended);
+    sleep_us(20000); /* a round trip or two after the last end */
+    atomic_store(&rt.stop, true);
+    pthread_join(trips, NULL);
+    pthread_join(echo, NULL);
+    double longest = (double)atomic_load(&rt.longest) / 1e6;
+    if (verbose || longest >= REFUSING_BOUND_MS) {
+        fprintf(stderr, "  %d refusing peers: their connections ended in %.1f ms; %d round trips meanwhile, the "
+                "longest %.1f ms\n", REFUSING_PEERS, (double)taken / 1e6, atomic_load(&rt.count) - before, longest);
+    }
+    CHECK(longest < REFUSING_BOUND_MS);
+
+    for (int i = 0; i < REFUSING_PEERS; i++) close(peers[i]);
+    CHECK_OK(pl_port_release_send(rt.right));
+    CHECK_OK(pl_port_destroy(rt.replies));
+    CHECK_OK(pl_port_destroy(service));
+    remove_service_dir(dir);
+}
+static void scenario_refusing_peers_hold_nothing(void) { run_in_own_process(refusing_peers_hold_nothing_body); }
+
 /* ---- kill_before_listed ------------------------------------------------------------------------- */
 
 /* A kill posted for a look-up's connection between its hello and its listing (the hello could not go: no memory for the
@@ -5754,7 +5894,7 @@ static void scenario_batch_taking(void) {
 }
 
 int main(int argc, char **argv) {
-    bool verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
+    verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     int first_name = verbose ? 2 : 1;
     setvbuf(stdout, NULL, _IOLBF, 0); /* the summary must survive LeakSanitizer's exit */
     static const scenario_t scenarios[] = {
@@ -5816,6 +5956,7 @@ int main(int argc, char **argv) {
         { "peer_stops_reading", scenario_peer_stops_reading },
         { "refused_before_watched", scenario_refused_before_watched },
         { "refused_after_messages", scenario_refused_after_messages },
+        { "refusing_peers_hold_nothing", scenario_refusing_peers_hold_nothing },
         { "kill_before_listed", scenario_kill_before_listed },
         { "fork_with_queued_descriptor", scenario_fork_with_queued_descriptor },
         { "ring_bell_held", scenario_ring_bell_held },
