@@ -4,7 +4,7 @@
  * Writing never blocks. A frame goes straight to the socket (sendmsg with MSG_DONTWAIT) when nothing waits
  * before it; otherwise, or when the socket is full, it joins the outgoing queue, which the transport thread
  * drains when the socket becomes writable. Senders of messages wait for the queue to have room (their timeout
- * applies), so a peer that stops reading cannot grow this process's memory; control frames always go in, and a
+ * applies; they are woken once room for their message and a batch more has appeared, PL_CONN_ROOM_BATCH), so a peer that stops reading cannot grow this process's memory; control frames always go in, and a
  * peer that lets them pile up past PL_CONN_CONTROL_LIMIT is disconnected.
  */
 #include "pl_remote.h"
@@ -171,6 +171,12 @@ static bool pl_conn_send_queued_locked(pl_conn_t *conn, bool keep_tail, bool *go
         conn->out_control_bytes -= frame->control_bytes;
         for (uint32_t i = 0; i < frame->fd_count; i++) close(frame->fds[i]);
         pl_payload_cache_give(frame);
+    }
+    /* Every frame leaves the queue here (by socket or ring, from a sender, the transport or the exit flush): room
+     * for a waiting sender wakes it now rather than when the whole queue has gone. One compare when none waits. */
+    if (conn->out_bytes < conn->room_under) {
+        conn->room_under = 0; /* the ones woken that still find no room say again what they need */
+        pthread_cond_broadcast(&conn->writable);
     }
     return true;
 }

@@ -39,6 +39,10 @@
 
 #define PL_CONN_MAX_RIGHTS 4096u        /* live exports, and live imports, per connection */
 #define PL_CONN_OUTGOING_LIMIT (1u << 20) /* bytes waiting in a connection's outgoing queue, plus one message */
+/* The room a sender waiting for it is woken for, when its message needs less: a woken sender finds room for a batch
+ * (its message and others'), so frames leaving wake the waiters about once per 128 KiB, not once per frame, and a
+ * small message waits for an eighth of the queue to leave, not for all of it (or half). */
+#define PL_CONN_ROOM_BATCH (PL_CONN_OUTGOING_LIMIT / 8)
 #define PL_CONN_CONTROL_LIMIT (4u << 20) /* beyond this a peer that does not read is disconnected */
 #define PL_SERVICE_MAX_CONNECTIONS 1024u
 #define PL_POLL_ANSWER_NS 50000000      /* how long a poll send without credit waits for the owner's answer */
@@ -172,9 +176,12 @@ struct pl_conn {
     pl_sender_t peer;         /* credentials read when the connection was made */
 
     pthread_mutex_t write_lock;
-    pthread_cond_t writable;  /* the outgoing queue drained */
+    pthread_cond_t writable;  /* the outgoing queue drained, or has room for a sender waiting (room_under) */
     pl_out_frame_t *out_head, *out_tail;
     size_t out_bytes;
+    uint32_t room_waiters;    /* senders of messages waiting on writable for room in the queue */
+    size_t room_under;        /* out_bytes under which the least needy of them fits, with room to spare: frames
+                               * leaving below it wake them (0: no wake-up is owed before the queue drains) */
     size_t out_control_bytes; /* the part of out_bytes that is not messages: what a peer that does not read makes
                                * us queue (a message's fragments, up to its whole size, are bounded by credit) */
     bool want_writable;       /* the transport watches for EPOLLOUT */

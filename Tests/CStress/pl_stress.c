@@ -128,6 +128,8 @@
  *                            meanwhile left out (not under valgrind, whose limit on descriptors drops the peers)
  *   peer_stops_reading       a peer that shuts its reading side (SHUT_RD), socket kept open, while messages wait
  *                            for room: the connection ends, and a sender waiting for room is told so
+ *   sender_woken_for_room    three senders wait for room in a full outgoing queue while the peer reads a packet every
+ *                            10 ms: each gets in once room for it appears, long before the queue has drained
  *   refused_before_watched   the same refusal met by a connection's hello before the transport watches it: with
  *                            no end coming, the listing refuses the connection the transport ended; with an end
  *                            coming, the connection is listed and ends when its end is read
@@ -206,7 +208,7 @@
 
 static const char *current_scenario = "";
 static atomic_int scenario_failures;
-static bool verbose; /* -v: a scenario may print its figures too */
+static bool verbose; /* -v: scenarios may print their figures */
 
 /* Records a failed check; status is a pl_status_t, or -1 when there is none to show. */
 static void fail_at(int line, const char *what, int status) {
@@ -4885,6 +4887,109 @@ static void peer_stops_reading_body(void) {
 }
 static void scenario_peer_stops_reading(void) { run_in_own_process(peer_stops_reading_body); }
 
+/* ---- sender_woken_for_room --------------------------------------------------------------------- */
+
+/* The peer as a slow, steady reader: one packet, then a pause of WR_PACE_US, from the go until the stop. */
+#define WR_PACE_US 10000u
+#define WR_SENDERS 3
+
+typedef struct {
+    int fd;
+    atomic_bool go, stop;
+    atomic_uint packets;      /* read since the go */
+} wr_reader_t;
+
+static void *wr_paced_reader(void *raw) {
+    wr_reader_t *r = raw;
+    uint8_t *packet = malloc(PL_WIRE_MAX_FRAME);
+    CHECK(packet != NULL);
+    while (!atomic_load(&r->go) && !atomic_load(&r->stop)) sleep_us(1000);
+    while (packet != NULL && !atomic_load(&r->stop)) {
+        ssize_t n = recv(r->fd, packet, PL_WIRE_MAX_FRAME, MSG_DONTWAIT);
+        if (n > 0) {
+            atomic_fetch_add(&r->packets, 1);
+            sleep_us(WR_PACE_US);
+        } else if (n == 0 || errno != EAGAIN) {
+            break;
+        } else {
+            struct pollfd readable = { .fd = r->fd, .events = POLLIN };
+            poll(&readable, 1, 10);
+        }
+    }
+    free(packet);
+    return NULL;
+}
+
+typedef struct {
+    pl_port_t *right;
+    wr_reader_t *reader;
+    pl_status_t status;
+    unsigned packets;         /* the reader's count when the send returned */
+    int64_t waited_ns;
+} wr_sender_t;
+
+static void *wr_sender(void *raw) {
+    wr_sender_t *s = raw;
+    static uint8_t payload[16000];
+    int64_t start = now_ns();
+    s->status = pl_port_send(s->right, 61, payload, sizeof payload, NULL, 20000 * MS);
+    s->packets = atomic_load(&s->reader->packets);
+    s->waited_ns = now_ns() - start;
+    return NULL;
+}
+
+/* A sender that finds the outgoing queue full waits for room, and is woken once room for its message (and a batch
+ * more) has appeared, not once the whole queue has gone. The peer reads a packet every WR_PACE_US; the queue, full,
+ * holds some 64 frames of 16 KB; three senders wait: each must get in before the reader has read a third of them
+ * (room for the three comes after about eight). Woken only when the queue drained, they got in after about as many
+ * packets as the queue held, a wait as long as draining the megabyte. Counted in packets, not timed: a slow machine
+ * slows the reader too. By socket only (the ring's frames leave the queue in the same place, pl_conn.c). */
+static void sender_woken_for_room_body(void) {
+    pl_set_shared_rings(PL_RINGS_NEVER);
+    hand_client_t h;
+    hand_client_open(&h, 3, 1000, 0);
+    if (h.right == NULL) return;
+    /* A socket that holds a packet or two: each packet read lets a frame or two leave the queue. */
+    int room = 16384;
+    CHECK(setsockopt(h.pair[0], SOL_SOCKET, SO_SNDBUF, &room, sizeof room) == 0);
+    static uint8_t payload[16000];
+    int sent = 0;
+    pl_status_t status = PL_OK;
+    while (sent < 500 && (status = pl_port_send(h.right, 60, payload, sizeof payload, NULL, 0)) == PL_OK) sent++;
+    CHECK_STATUS(status, PL_ERR_TIMED_OUT); /* the queue is full */
+    pthread_mutex_lock(&h.conn->write_lock);
+    unsigned queued = 0;
+    for (pl_out_frame_t *frame = h.conn->out_head; frame != NULL; frame = frame->next) queued++;
+    size_t bytes = h.conn->out_bytes;
+    pthread_mutex_unlock(&h.conn->write_lock);
+    CHECK(bytes + sizeof payload > PL_CONN_OUTGOING_LIMIT && queued >= 48);
+
+    wr_reader_t reader = { .fd = h.pair[1] };
+    pthread_t reading, senders[WR_SENDERS];
+    wr_sender_t s[WR_SENDERS];
+    start_thread(&reading, wr_paced_reader, &reader);
+    for (int i = 0; i < WR_SENDERS; i++) {
+        s[i] = (wr_sender_t){ .right = h.right, .reader = &reader, .status = PL_ERR_SYSTEM };
+        start_thread(&senders[i], wr_sender, &s[i]);
+    }
+    sleep_us(50000); /* the senders wait for room */
+    atomic_store(&reader.go, true);
+    for (int i = 0; i < WR_SENDERS; i++) {
+        pthread_join(senders[i], NULL);
+        CHECK_OK(s[i].status);
+        if (s[i].status != PL_OK || s[i].packets > queued / 3 || verbose) {
+            fprintf(stderr, "  sender %d got in after %u packets read of %u queued, %.0f ms\n", i, s[i].packets,
+                    queued, (double)s[i].waited_ns / 1e6);
+        }
+        CHECK(s[i].packets <= queued / 3);
+    }
+    atomic_store(&reader.stop, true);
+    pthread_join(reading, NULL);
+    pl_port_release_send(h.right);
+    hand_client_close(&h);
+}
+static void scenario_sender_woken_for_room(void) { run_in_own_process(sender_woken_for_room_body); }
+
 /* A client's connection as a look-up makes it, its hello written, not yet among the transport's: the look-up's moment
  * between its hello and pl_transport_add_conn, held open. The service is the other end of a socketpair. */
 typedef struct early_conn {
@@ -5954,6 +6059,7 @@ int main(int argc, char **argv) {
         { "room_watch_without_descriptor", scenario_room_watch_without_descriptor },
         { "listeners_paused", scenario_listeners_paused },
         { "peer_stops_reading", scenario_peer_stops_reading },
+        { "sender_woken_for_room", scenario_sender_woken_for_room },
         { "refused_before_watched", scenario_refused_before_watched },
         { "refused_after_messages", scenario_refused_after_messages },
         { "refusing_peers_hold_nothing", scenario_refusing_peers_hold_nothing },
