@@ -128,8 +128,9 @@
  *                            meanwhile left out (not under valgrind, whose limit on descriptors drops the peers)
  *   peer_stops_reading       a peer that shuts its reading side (SHUT_RD), socket kept open, while messages wait
  *                            for room: the connection ends, and a sender waiting for room is told so
- *   sender_woken_for_room    three senders wait for room in a full outgoing queue while the peer reads a packet every
- *                            10 ms: each gets in once room for it appears, long before the queue has drained
+ *   sender_woken_for_room    three senders wait for room in a full outgoing queue while the peer reads a packet (or
+ *                            takes a ring record) every 10 ms: each gets in once room for it appears, long before
+ *                            the queue has drained
  *   refused_before_watched   the same refusal met by a connection's hello before the transport watches it: with
  *                            no end coming, the listing refuses the connection the transport ended; with an end
  *                            coming, the connection is listed and ends when its end is read
@@ -4889,12 +4890,15 @@ static void scenario_peer_stops_reading(void) { run_in_own_process(peer_stops_re
 
 /* ---- sender_woken_for_room --------------------------------------------------------------------- */
 
+static pl_ring_t *hand_client_accept_ring(hand_client_t *h);
+
 /* The peer as a slow, steady reader: one packet, then a pause of WR_PACE_US, from the go until the stop. */
 #define WR_PACE_US 10000u
 #define WR_SENDERS 3
 
 typedef struct {
     int fd;
+    pl_ring_t *ring;          /* by ring: records taken from it instead (the room given back, the writer rung) */
     atomic_bool go, stop;
     atomic_uint packets;      /* read since the go */
 } wr_reader_t;
@@ -4905,6 +4909,21 @@ static void *wr_paced_reader(void *raw) {
     CHECK(packet != NULL);
     while (!atomic_load(&r->go) && !atomic_load(&r->stop)) sleep_us(1000);
     while (packet != NULL && !atomic_load(&r->stop)) {
+        if (r->ring != NULL) {
+            size_t length = 0;
+            const char *why = NULL;
+            pl_ring_take_result_t took = pl_ring_take(r->ring, packet, &length, &why);
+            CHECK(took != PL_RING_BROKEN);
+            if (took == PL_RING_BROKEN) break;
+            if (took == PL_RING_EMPTY) {
+                sleep_us(1000);
+                continue;
+            }
+            pl_ring_done_reading(r->ring);
+            atomic_fetch_add(&r->packets, 1);
+            sleep_us(WR_PACE_US);
+            continue;
+        }
         ssize_t n = recv(r->fd, packet, PL_WIRE_MAX_FRAME, MSG_DONTWAIT);
         if (n > 0) {
             atomic_fetch_add(&r->packets, 1);
@@ -4943,16 +4962,30 @@ static void *wr_sender(void *raw) {
  * holds some 64 frames of 16 KB; three senders wait: each must get in before the reader has read a third of them
  * (room for the three comes after about eight). Woken only when the queue drained, they got in after about as many
  * packets as the queue held, a wait as long as draining the megabyte. Counted in packets, not timed: a slow machine
- * slows the reader too. By socket only (the ring's frames leave the queue in the same place, pl_conn.c). */
-static void sender_woken_for_room_body(void) {
+ * slows the reader too. By socket, then by the shared-memory ring (the peer takes records, and its done rings the
+ * client's bell: the transport sends what the ring has room for). */
+static void sender_woken_for_room_run(bool by_ring) {
     pl_set_shared_rings(PL_RINGS_NEVER);
     hand_client_t h;
-    hand_client_open(&h, 3, 1000, 0);
+    hand_client_open(&h, PL_WIRE_VERSION, 1000, 0);
     if (h.right == NULL) return;
     /* A socket that holds a packet or two: each packet read lets a frame or two leave the queue. */
     int room = 16384;
     CHECK(setsockopt(h.pair[0], SOL_SOCKET, SO_SNDBUF, &room, sizeof room) == 0);
     static uint8_t payload[16000];
+    pl_ring_t *ring = NULL;
+    if (by_ring) {
+        /* The peer takes the ring offered after the next message; the client writes by ring once RING_START went. */
+        pl_set_shared_rings(PL_RINGS_ALWAYS);
+        CHECK_OK(pl_port_send(h.right, 60, "offer", 5, NULL, 0));
+        ring = hand_client_accept_ring(&h);
+        for (int64_t deadline = now_ns() + 5000 * MS; ring != NULL && !atomic_load(&h.conn->ring_writing) &&
+                                                     now_ns() < deadline;) {
+            sleep_us(1000);
+        }
+        CHECK(atomic_load(&h.conn->ring_writing));
+        if (ring == NULL || !atomic_load(&h.conn->ring_writing)) return;
+    }
     int sent = 0;
     pl_status_t status = PL_OK;
     while (sent < 500 && (status = pl_port_send(h.right, 60, payload, sizeof payload, NULL, 0)) == PL_OK) sent++;
@@ -4964,7 +4997,7 @@ static void sender_woken_for_room_body(void) {
     pthread_mutex_unlock(&h.conn->write_lock);
     CHECK(bytes + sizeof payload > PL_CONN_OUTGOING_LIMIT && queued >= 48);
 
-    wr_reader_t reader = { .fd = h.pair[1] };
+    wr_reader_t reader = { .fd = h.pair[1], .ring = ring };
     pthread_t reading, senders[WR_SENDERS];
     wr_sender_t s[WR_SENDERS];
     start_thread(&reading, wr_paced_reader, &reader);
@@ -4978,8 +5011,8 @@ static void sender_woken_for_room_body(void) {
         pthread_join(senders[i], NULL);
         CHECK_OK(s[i].status);
         if (s[i].status != PL_OK || s[i].packets > queued / 3 || verbose) {
-            fprintf(stderr, "  sender %d got in after %u packets read of %u queued, %.0f ms\n", i, s[i].packets,
-                    queued, (double)s[i].waited_ns / 1e6);
+            fprintf(stderr, "  %s: sender %d got in after %u packets read of %u queued, %.0f ms\n",
+                    by_ring ? "by ring" : "by socket", i, s[i].packets, queued, (double)s[i].waited_ns / 1e6);
         }
         CHECK(s[i].packets <= queued / 3);
     }
@@ -4987,6 +5020,11 @@ static void sender_woken_for_room_body(void) {
     pthread_join(reading, NULL);
     pl_port_release_send(h.right);
     hand_client_close(&h);
+    if (ring != NULL) pl_ring_free(ring);
+}
+static void sender_woken_for_room_body(void) {
+    sender_woken_for_room_run(false);
+    sender_woken_for_room_run(true);
 }
 static void scenario_sender_woken_for_room(void) { run_in_own_process(sender_woken_for_room_body); }
 
