@@ -218,8 +218,9 @@ $(STRESS_DIR)/pl_stress: $(STRESS_SOURCES) $(wildcard CShims/*.h CShims/include/
 
 # That program under valgrind's leak checker (about 25 s on 2 cores; part of `leakcheck`). --child-silent-after-fork:
 # the fork scenarios' children inherit the parent's memory, which valgrind would report as their leaks. It silences
-# their other errors too: a scenario run in a process of its own asks memcheck how many it found, and fails on them
-# (Tests/CStress/pl_stress.c, run_in_own_process). --fair-sched:
+# their other errors too: a scenario run in a process of its own, and each helper child a scenario forks, asks
+# memcheck how many it found, and fails the scenario on them (Tests/CStress/pl_stress.c, run_in_own_process and
+# child_exit). --fair-sched:
 # valgrind runs one thread at a time, and by default a thread spinning on the port layer's adaptive mutexes
 # (descriptor_for_waiter's pollers) can keep the others from running for minutes.
 stress-valgrind: deps valgrind-deps $(STRESS_DIR)/pl_stress

@@ -4,8 +4,12 @@
  * stress-tsan`) and helgrind, which reports two locks ever taken in opposite orders (`make stress-helgrind`).
  *
  * Each scenario is one check. It passes when no CHECK in it failed; leaks and memory errors are caught by
- * the sanitizer (which makes the process exit non-zero) rather than by the checks, and in a scenario's own
- * process (run_in_own_process) by the child's own look at memcheck's count of errors. Scenarios:
+ * the sanitizer (which makes the process exit non-zero) rather than by the checks. Under memcheck, `make
+ * stress-valgrind` silences forked processes (their leak reports would list the memory they inherited), and that
+ * hides their other errors too: so a scenario's own process (run_in_own_process) and every helper child a scenario
+ * forks (fork_helper, fork_or_end) look at memcheck's count of errors as they end (child_exit, or exit()), and
+ * errors found fail the scenario, with the command that shows them. Children killed by design cannot look.
+ * Scenarios:
  *
  *   queued_reply_rights      ports destroyed with messages still queued that carry reply rights (some to
  *                            the port itself); the too-large rule; reply counts return to zero
@@ -1426,11 +1430,80 @@ static void scenario_handle_wrap(void) {
     pl_conn_release(conn);
 }
 
-/* fork(), where the scenario cannot go on without the child: a failed fork ends the calling process at once (a
+/* How many errors memcheck has found in this process (a child's count starts from its parent's at the fork), or 0
+ * when not under memcheck. It counts them even where --child-silent-after-fork keeps them from being printed. Only
+ * memcheck answers a request for a byte's validity bits: other tools count their own reports, some of which
+ * helgrind-verdict.sh lets pass. */
+static unsigned memcheck_errors(void) {
+#ifdef PL_STRESS_HAVE_MEMCHECK_H
+    unsigned char probe = 0, bits;
+    if (VALGRIND_GET_VBITS(&probe, &bits, 1) != 1) return 0;
+    return VALGRIND_COUNT_ERRORS;
+#else
+    return 0;
+#endif
+}
+
+/* ---- helper children's memcheck errors ---------------------------------------------------------------- */
+/* `make stress-valgrind` silences forked children (--child-silent-after-fork), and a child's exit status cannot say
+ * that memcheck found errors in it: with --error-exitcode=1 valgrind makes it 1 whatever the child passed to _exit,
+ * the status it also gives for the parent's memory the child inherited, which the scenarios accept. So a helper
+ * child forked by fork_helper counts memcheck's errors from its fork, and when it ends (child_exit, or exit(),
+ * whose handler below runs after the library's exit flush) says how many it found and adds one to a counter shared
+ * by every process of the program (set up in main), which fails the running scenario. */
+static unsigned child_errors_at_fork; /* memcheck's count in the parent just before the fork */
+static bool in_helper_child;          /* set in a child of fork_helper */
+static atomic_int *children_with_memcheck_errors;
+
+/* In a helper child that is ending: when memcheck found errors in it since the fork, says so (snprintf and write
+ * only, for a child of a process with threads) and counts it. Once per process. */
+static void child_memcheck_verdict(void) {
+    if (!in_helper_child) return;
+    in_helper_child = false;
+    unsigned errors = memcheck_errors() - child_errors_at_fork;
+    if (errors == 0) return;
+    char line[320];
+    int length = snprintf(line, sizeof line, "FAIL %s: memcheck errors in a child process, not printed: %u; to see "
+                          "them, run `valgrind -q --child-silent-after-fork=no pl_stress %s`\n", current_scenario,
+                          errors, current_scenario);
+    if (length > 0) {
+        ssize_t written = write(STDERR_FILENO, line, (size_t)length < sizeof line ? (size_t)length : sizeof line - 1);
+        (void)written;
+    }
+    if (children_with_memcheck_errors != NULL) atomic_fetch_add(children_with_memcheck_errors, 1);
+}
+
+/* Registered before every other atexit handler (101, the first constructor priority a program may use;
+ * eh_register_late_handler takes the next), so that it runs last: after the library's exit flush and after the
+ * handler that sends once the flush is over. */
+__attribute__((constructor(101))) static void register_child_memcheck_verdict(void) {
+    atexit(child_memcheck_verdict);
+}
+
+/* What a helper child calls instead of _exit. */
+static _Noreturn void child_exit(int status) {
+    child_memcheck_verdict();
+    _exit(status);
+}
+
+/* fork(), for a helper child that ends through child_exit or exit(). Memcheck's count is read before the fork, so
+ * that errors in the library's fork handlers count as the child's (an error another thread of the parent makes in
+ * that moment counts in both: it is still an error). */
+static pid_t fork_helper(void) {
+    unsigned errors_before = memcheck_errors();
+    pid_t child = fork();
+    if (child == 0) {
+        child_errors_at_fork = errors_before;
+        in_helper_child = true;
+    }
+    return child;
+}
+
+/* fork_helper(), where the scenario cannot go on without the child: a failed fork ends the calling process at once (a
  * scenario's own process, which then fails its scenario; or the stress program) rather than leave -1 as the child's
  * pid, which kill() would take for every process there is. */
 static pid_t fork_or_end(void) {
-    pid_t child = fork();
+    pid_t child = fork_helper();
     if (child < 0) {
         fprintf(stderr, "%s: fork: %s\n", current_scenario, strerror(errno));
         _exit(6);
@@ -1462,17 +1535,17 @@ static void fork_child_body(void) {
         pl_status_t status = pl_service_look_up(dir, "svc", 5000 * MS, &service);
         if (status != PL_OK) {
             fprintf(stderr, "fork_child: the child's look-up failed: %s\n", pl_status_describe(status));
-            _exit(2);
+            child_exit(2);
         }
         char byte = 7;
         for (int i = 0; i < 200; i++) {
             status = pl_port_send(service, i, &byte, 1, NULL, PL_TIMEOUT_FOREVER);
             if (status != PL_OK) {
                 fprintf(stderr, "fork_child: the child's send %d failed: %s\n", i, pl_status_describe(status));
-                _exit(3);
+                child_exit(3);
             }
         }
-        _exit(0);
+        child_exit(0);
     }
     pl_received_t out;
     char buffer[64];
@@ -1519,10 +1592,10 @@ static pid_t fork_idle_service(const char *dir, uint32_t queue_limit, uint32_t m
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         pl_port_t *port;
         if (pl_port_create(queue_limit, max_size, &port) != PL_OK || pl_service_check_in(dir, "svc", port, NULL) != PL_OK) {
-            _exit(2);
+            child_exit(2);
         }
         char byte = 1;
-        if (write(ready[1], &byte, 1) != 1) _exit(3);
+        if (write(ready[1], &byte, 1) != 1) child_exit(3);
         for (;;) pause(); /* the parent kills it */
     }
     char byte = 0;
@@ -1565,11 +1638,11 @@ static bool holds_descriptor_on(const char *path) {
 static int in_child(bool (*check)(const char *what), const char *what) {
     int report[2];
     CHECK(pipe2(report, O_CLOEXEC) == 0);
-    pid_t child = fork();
+    pid_t child = fork_helper();
     CHECK(child >= 0);
     if (child == 0) {
         char answer = check(what) ? 1 : 0;
-        _exit(write(report[1], &answer, 1) == 1 ? 0 : 2);
+        child_exit(write(report[1], &answer, 1) == 1 ? 0 : 2);
     }
     close(report[1]);
     char answer = 0;
@@ -1825,12 +1898,12 @@ static void fork_during_connections_body(void) {
     pid_t connector = fork_or_end();
     if (connector == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* never left spinning */
-        if (getppid() == 1) _exit(4);
+        if (getppid() == 1) child_exit(4);
         for (;;) {
             int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-            if (fd < 0) _exit(2);
+            if (fd < 0) child_exit(2);
             if (connect(fd, (struct sockaddr *)&service_address, sizeof service_address) != 0 && errno != EAGAIN) {
-                _exit(3);
+                child_exit(3);
             }
             close(fd);
             sched_yield();
@@ -1929,20 +2002,6 @@ static bool activation_after_withdrawal_in_child(const char *dir) {
 }
 
 static void activation_after_withdrawal_body(void) { activation_in_child(activation_after_withdrawal_in_child); }
-
-/* How many errors memcheck has found in this process (a child's count starts from its parent's at the fork), or 0
- * when not under memcheck. It counts them even where --child-silent-after-fork keeps them from being printed. Only
- * memcheck answers a request for a byte's validity bits: other tools count their own reports, some of which
- * helgrind-verdict.sh lets pass. */
-static unsigned memcheck_errors(void) {
-#ifdef PL_STRESS_HAVE_MEMCHECK_H
-    unsigned char probe = 0, bits;
-    if (VALGRIND_GET_VBITS(&probe, &bits, 1) != 1) return 0;
-    return VALGRIND_COUNT_ERRORS;
-#else
-    return 0;
-#endif
-}
 
 /* Runs a scenario that starts a transport in a process of its own: the transport thread lives as long as its
  * process, which under valgrind would otherwise be this whole program. The child says over a pipe that its body
@@ -3297,10 +3356,10 @@ static void rs_writer(pl_ring_t *parents, int memfd, int parent_ringer, int chan
     bool peer_fault;
     const char *reason;
     pl_ring_t *ring = pl_ring_adopt(memfd, &ringer, &peer_fault, &reason);
-    if (ring == NULL || !pl_ring_take_ringer(ring, parent_ringer, &peer_fault, &reason)) _exit(2);
+    if (ring == NULL || !pl_ring_take_ringer(ring, parent_ringer, &peer_fault, &reason)) child_exit(2);
     int watch = rs_watch(pl_ring_bell(ring));
-    if (watch < 0) _exit(2);
-    if (!send_one_descriptor(channel, ringer)) _exit(2);
+    if (watch < 0) child_exit(2);
+    if (!send_one_descriptor(channel, ringer)) child_exit(2);
     close(ringer); /* sent */
     for (uint32_t seq = 0; seq < RS_RECORDS; seq++) {
         uint32_t length = rs_lengths[seq];
@@ -3308,17 +3367,17 @@ static void rs_writer(pl_ring_t *parents, int memfd, int parent_ringer, int chan
         pl_ring_put_result_t result;
         while ((result = length == 0 ? pl_ring_put(ring, NULL, 0, NULL, 0, true) : ring_put(ring, seq, length)) !=
                PL_RING_PUT) {
-            if (result == PL_RING_CORRUPT) _exit(3);
-            if (!rs_wait(watch)) _exit(4);
+            if (result == PL_RING_CORRUPT) child_exit(3);
+            if (!rs_wait(watch)) child_exit(4);
             /* Woken: its reader's pass over its (empty) ring, whose arm empties the bell now and then, and only
              * then the put again, as a connection sends what waited after reading (pl_conn_read_frames): a ring
              * for room that came after the wait and was emptied with the rest is not lost. */
             pl_ring_done_reading(ring);
             pl_ring_arm(ring);
-            if (ring_bell_count(pl_ring_bell(ring)) != 1) _exit(5);
+            if (ring_bell_count(pl_ring_bell(ring)) != 1) child_exit(5);
         }
     }
-    _exit(0);
+    child_exit(0);
 }
 
 static void scenario_ring_fork_stream(void) {
@@ -3394,16 +3453,16 @@ static void scenario_ring_fork_stream(void) {
 enum { RSS_ROUNDS = 6, RSS_LARGEST = 4096 };
 
 /* A streaming child's end: a last message (id 9) with a port for the answer, which the receiver gives once it has
- * taken everything before it (stream_answer_last); then _exit, 0 or 4 when that failed. What still waited in this
- * process's outgoing queue would die with the _exit. */
+ * taken everything before it (stream_answer_last); then child_exit, 0 or 4 when that failed. What still waited in
+ * this process's outgoing queue would die with the _exit. */
 static _Noreturn void stream_end_and_exit(pl_port_t *service) {
     pl_port_t *reply = NULL;
     pl_received_t answer;
     if (pl_port_create(1, 16, &reply) != PL_OK || pl_port_send(service, 9, NULL, 0, reply, PL_TIMEOUT_FOREVER) != PL_OK ||
         pl_port_receive(reply, &answer, NULL, 0, 20000 * MS) != PL_OK) {
-        _exit(4);
+        child_exit(4);
     }
-    _exit(0);
+    child_exit(0);
 }
 
 /* The receiver's side of stream_end_and_exit: answers the last message `out` on its reply port. */
@@ -3442,7 +3501,7 @@ static void ring_stream_to_set_body(void) {
         pid_t child = fork_or_end();
         if (child == 0) {
             pl_port_t *service = NULL;
-            if (pl_service_look_up(dir, "svc", 5000 * MS, &service) != PL_OK) _exit(2);
+            if (pl_service_look_up(dir, "svc", 5000 * MS, &service) != PL_OK) child_exit(2);
             for (uint32_t seq = 0; seq < count; seq++) {
                 payload[0] = seq;
                 payload[1] = ~seq;
@@ -3451,7 +3510,7 @@ static void ring_stream_to_set_body(void) {
                 if (status != PL_OK) {
                     fprintf(stderr, "ring_stream_to_set: the child's send %u failed: %s\n", seq,
                             pl_status_describe(status));
-                    _exit(3);
+                    child_exit(3);
                 }
             }
             stream_end_and_exit(service);
@@ -3517,10 +3576,10 @@ enum { SC_SENDERS = 3, SC_MESSAGES = 5000, SC_BATCH = 16 };
 /* One child: looks the service up, streams SC_MESSAGES of {sender, seq} to it, and ends (stream_end_and_exit). */
 static void sc_sender(const char *dir, uint32_t sender) {
     pl_port_t *service = NULL;
-    if (pl_service_look_up(dir, "svc", 5000 * MS, &service) != PL_OK) _exit(2);
+    if (pl_service_look_up(dir, "svc", 5000 * MS, &service) != PL_OK) child_exit(2);
     for (uint32_t seq = 0; seq < SC_MESSAGES; seq++) {
         uint32_t words[2] = { sender, seq };
-        if (pl_port_send(service, 20, words, sizeof words, NULL, PL_TIMEOUT_FOREVER) != PL_OK) _exit(3);
+        if (pl_port_send(service, 20, words, sizeof words, NULL, PL_TIMEOUT_FOREVER) != PL_OK) child_exit(3);
     }
     stream_end_and_exit(service);
 }
@@ -3719,17 +3778,19 @@ static void ef_sender(const char *dir, int to_parent, int from_parent, int round
     if (round == EF_BROKEN_RING) pl_set_shared_rings(PL_RINGS_ALWAYS);
     pl_port_t *service = NULL;
     char byte = 'L';
-    if (pl_service_look_up(dir, "svc", 5000 * MS, &service) != PL_OK) _exit(2);
+    if (pl_service_look_up(dir, "svc", 5000 * MS, &service) != PL_OK) child_exit(2);
     _Atomic uint32_t *head = NULL;
     if (round == EF_BROKEN_RING) {
         /* The ring offer went with the look-up; the answer to a status query comes after the service's acceptance,
          * on the same connection. */
         pl_service_status_t status;
-        if (pl_service_status(service, 0, 5000 * MS, &status) != PL_OK || (head = ef_ring_head()) == NULL) _exit(5);
+        if (pl_service_status(service, 0, 5000 * MS, &status) != PL_OK || (head = ef_ring_head()) == NULL) {
+            child_exit(5);
+        }
     }
-    if (write(to_parent, &byte, 1) != 1 || read(from_parent, &byte, 1) != 1) _exit(3);
+    if (write(to_parent, &byte, 1) != 1 || read(from_parent, &byte, 1) != 1) child_exit(3);
     uint32_t sent = ef_send_what_fits(service, 30);
-    if (write(to_parent, &sent, sizeof sent) != sizeof sent) _exit(4);
+    if (write(to_parent, &sent, sizeof sent) != sizeof sent) child_exit(4);
     if (head != NULL) atomic_store(head, 0xfffffff1u); /* read ahead of the tail, and misaligned */
     exit(0);
 }
@@ -3783,21 +3844,22 @@ static bool eh_late;
  * messages for the stopped service (a send waits 100 ms at most) and says how many. */
 static void eh_exit_handler(void) {
     uint32_t sent = ef_send_what_fits(eh_service, 31);
-    if (write(eh_to_parent, &sent, sizeof sent) != sizeof sent) _exit(4);
+    if (write(eh_to_parent, &sent, sizeof sent) != sizeof sent) child_exit(4);
 }
 
 /* Registered before the library's exit flush (a constructor of a lower priority runs first), so it runs after the
- * flush: in the late round's child, streams EH_LATE small messages, packing on (and still said to be), to the running
- * service, and says how many sends returned. Every process of this program has it; it does nothing elsewhere. */
+ * flush (and before child_memcheck_verdict, registered before it): in the late round's child, streams EH_LATE small
+ * messages, packing on (and still said to be), to the running service, and says how many sends returned. Every
+ * process of this program has it; it does nothing elsewhere. */
 static void eh_late_handler(void) {
     if (!eh_late) return;
-    if (pl_stream_packing() != 1) _exit(6); /* the flush packs nothing more, but leaves the setting as it was */
+    if (pl_stream_packing() != 1) child_exit(6); /* the flush packs nothing more, but leaves the setting as it was */
     uint64_t word = 0;
     uint32_t sent = 0;
     while (sent < EH_LATE && pl_port_send(eh_service, 32, &word, sizeof word, NULL, 100 * MS) == PL_OK) sent++;
-    if (write(eh_to_parent, &sent, sizeof sent) != sizeof sent) _exit(4);
+    if (write(eh_to_parent, &sent, sizeof sent) != sizeof sent) child_exit(4);
 }
-__attribute__((constructor(101))) static void eh_register_late_handler(void) { atexit(eh_late_handler); }
+__attribute__((constructor(102))) static void eh_register_late_handler(void) { atexit(eh_late_handler); }
 
 /* A child of the scenario's process, forked before either has started a transport, whose connection goes by socket
  * only: registers its handler (or arms the late one, with packing on), then looks the service up (which starts its transport), says so, waits for the go
@@ -3810,11 +3872,11 @@ static void eh_sender(const char *dir, int to_parent, int from_parent, int late)
         eh_late = true;
         pl_set_stream_packing(1);
     } else if (atexit(eh_exit_handler) != 0) {
-        _exit(2);
+        child_exit(2);
     }
     char byte = 'L';
-    if (pl_service_look_up(dir, "svc", 5000 * MS, &eh_service) != PL_OK) _exit(2);
-    if (write(to_parent, &byte, 1) != 1 || read(from_parent, &byte, 1) != 1) _exit(3);
+    if (pl_service_look_up(dir, "svc", 5000 * MS, &eh_service) != PL_OK) child_exit(2);
+    if (write(to_parent, &byte, 1) != 1 || read(from_parent, &byte, 1) != 1) child_exit(3);
     exit(0);
 }
 
@@ -6040,6 +6102,12 @@ int main(int argc, char **argv) {
     verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     int first_name = verbose ? 2 : 1;
     setvbuf(stdout, NULL, _IOLBF, 0); /* the summary must survive LeakSanitizer's exit */
+    void *shared = mmap(NULL, sizeof(atomic_int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (shared == MAP_FAILED) {
+        perror("mmap");
+        return 1;
+    }
+    children_with_memcheck_errors = shared; /* zeroed */
     static const scenario_t scenarios[] = {
         { "queued_reply_rights", scenario_queued_reply_rights },
         { "destroy_under_traffic", scenario_destroy_under_traffic },
@@ -6116,9 +6184,10 @@ int main(int argc, char **argv) {
         if (!named) continue;
         current_scenario = scenario->name;
         atomic_store(&scenario_failures, 0);
+        int children_failed = atomic_load(children_with_memcheck_errors);
         int64_t t0 = now_ns();
         scenario->run();
-        int failures = atomic_load(&scenario_failures);
+        int failures = atomic_load(&scenario_failures) + atomic_load(children_with_memcheck_errors) - children_failed;
         if (failures == 0) passed++; else failed++;
         if (verbose || failures > 0) {
             printf("  %-4s %-30s %6.0f ms%s\n", failures ? "FAIL" : "ok", scenario->name,
