@@ -35,6 +35,9 @@
  *   misuse                   a send right released once too often, a second destroy, a NULL thread name
  *   requeue_race             messages put back at the head of their port while senders, receivers, batch
  *                            receives and membership changes race: exactly-once, reply rights kept
+ *   blocking_senders_fifo    four senders block on a full port (queue limits 1, 2, 1024), one with short timeouts
+ *                            it tries again; one receiver, direct (slow, or with short timeouts) or through a set:
+ *                            each message once, in its sender's order; a receive that waits 3 s is a lost wake-up
  *   descriptors              three descriptors per set; descriptor exhaustion gives PL_ERR_SYSTEM naming
  *                            each system call in turn, leaks nothing, and recovers
  *   send_once_race           400 requests with a send-once reply right, the replier answering (once, or
@@ -1337,6 +1340,139 @@ static void scenario_requeue_race(void) {
     CHECK_OK(pl_port_destroy(reply));
     CHECK_OK(pl_port_set_destroy(set));
     pl_port_set_release(set);
+}
+
+/* ---- blocking_senders_fifo ------------------------------------------------------------------------ */
+/* Four senders stream into one port with a small queue limit, blocking on the full queue, and one receiver takes
+ * every message: directly (waiting as long as needed, slowly, or with short timeouts it retries) or through a set
+ * the port is in. Each message arrives once and in its sender's order. One sender sends with short timeouts and
+ * tries again when they pass, so that timed-out waits mix with signalled ones in the count of sender wake-ups a
+ * dequeue keeps. A receiver that waits more than BS_STALL_NS for the next message prints the port's state (a sender
+ * left asleep on a port with room is a lost wake-up) and ends the round by destroying the port. */
+
+enum { BS_SENDERS = 4 };
+#define BS_STALL_NS (3000 * MS)
+
+typedef struct {
+    pl_port_t *port;           /* a send right of this thread's own */
+    uint32_t sender, messages;
+    bool timed;                /* short timeouts, tried again */
+    atomic_bool *stop;
+    atomic_uint sent;
+    uint64_t seed;
+} bs_sender_t;
+
+static void *bs_send(void *raw) {
+    bs_sender_t *arg = raw;
+    for (uint32_t seq = 0; seq < arg->messages && !atomic_load(arg->stop); seq++) {
+        uint32_t words[2] = { arg->sender, seq };
+        pl_status_t status;
+        do {
+            int64_t timeout = arg->timed ? (int64_t)(rnd(&arg->seed) % 200) * 1000 : PL_TIMEOUT_FOREVER; /* 0–0.2 ms */
+            status = pl_port_send(arg->port, (int32_t)arg->sender, words, sizeof words, NULL, timeout);
+        } while (status == PL_ERR_TIMED_OUT && !atomic_load(arg->stop));
+        if (status != PL_OK) {
+            if (!atomic_load(arg->stop)) CHECK_OK(status);
+            break;
+        }
+        atomic_fetch_add(&arg->sent, 1);
+    }
+    pl_port_release_send(arg->port);
+    return NULL;
+}
+
+static void bs_print_state(pl_port_t *port, const char *mode, const bs_sender_t *senders, const uint32_t *next) {
+    pthread_mutex_lock(&port->lock);
+    fprintf(stderr, "blocking_senders_fifo (%s, limit %u): no message for %.0f ms: count %u, waiting senders %u, "
+                    "sender wakes pending %u, waiting receivers %u\n", mode, port->qlimit, (double)BS_STALL_NS / 1e6,
+            port->count, port->waiting_senders, port->sender_wakes_pending, port->waiting_receivers);
+    pthread_mutex_unlock(&port->lock);
+    for (int s = 0; s < BS_SENDERS; s++) {
+        fprintf(stderr, "  sender %d: sent %u of %u, received %u\n", s, atomic_load(&senders[s].sent),
+                senders[s].messages, next[s]);
+    }
+}
+
+static void scenario_blocking_senders_fifo(void) {
+    static const uint32_t limits[] = { 1, 2, 1024 };
+    static const char *const modes[] = { "direct", "slow", "timeouts", "set" };
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    for (size_t l = 0; l < sizeof limits / sizeof limits[0]; l++) {
+        for (int mode = 0; mode < 4; mode++) {
+            const uint32_t per_sender = limits[l] > 2 ? 10000 : 1500;
+            int64_t round_start = now_ns();
+            pl_port_t *port = new_port(limits[l]);
+            pl_port_set_t *set = mode == 3 ? new_set() : NULL;
+            if (set != NULL) CHECK_OK(pl_port_set_insert(set, port));
+            atomic_bool stop = false;
+            bs_sender_t senders[BS_SENDERS];
+            pthread_t threads[BS_SENDERS];
+            for (int s = 0; s < BS_SENDERS; s++) {
+                CHECK_OK(pl_port_make_send(port));
+                senders[s] = (bs_sender_t){ .port = port, .sender = (uint32_t)s, .messages = per_sender,
+                                            .timed = s == BS_SENDERS - 1, .stop = &stop,
+                                            .seed = seed + (uint64_t)s * 0x2545F4914F6CDD1Dull };
+                atomic_init(&senders[s].sent, 0);
+                start_thread(&threads[s], bs_send, &senders[s]);
+            }
+            uint32_t next[BS_SENDERS] = { 0 };
+            bool stalled = false;
+            for (uint32_t n = 0; n < BS_SENDERS * per_sender && !stalled; n++) {
+                pl_received_t header;
+                uint32_t words[2] = { 0, 0 };
+                int64_t waited_since = now_ns();
+                pl_status_t status;
+                for (;;) {
+                    int64_t left = BS_STALL_NS - (now_ns() - waited_since);
+                    if (left <= 0) { status = PL_ERR_TIMED_OUT; break; }
+                    int64_t timeout = left;
+                    if (mode == 2) timeout = rnd(&seed) % 8 == 0 ? 0 : (int64_t)(rnd(&seed) % 300) * 1000;
+                    if (timeout > left) timeout = left;
+                    status = set != NULL ? pl_port_set_receive(set, &header, words, sizeof words, timeout)
+                                         : pl_port_receive(port, &header, words, sizeof words, timeout);
+                    if (status != PL_ERR_TIMED_OUT) break;
+                }
+                if (status == PL_ERR_TIMED_OUT) {
+                    CHECK(!"a receive waited for a message longer than BS_STALL_NS");
+                    bs_print_state(port, modes[mode], senders, next);
+                    stalled = true;
+                    break;
+                }
+                CHECK_OK(status);
+                if (status != PL_OK) { stalled = true; break; }
+                uint32_t sender = words[0];
+                if (header.size != sizeof words || sender >= BS_SENDERS || (uint32_t)header.id != sender) {
+                    CHECK(!"a message not as sent");
+                    continue;
+                }
+                if (words[1] != next[sender]) {
+                    fprintf(stderr, "blocking_senders_fifo (%s, limit %u): sender %u's message %u came when %u was "
+                                    "next\n", modes[mode], limits[l], sender, words[1], next[sender]);
+                    CHECK(!"a sender's messages out of order, lost or repeated");
+                }
+                next[sender] = words[1] + 1;
+                if (mode == 1 && rnd(&seed) % 128 == 0) sleep_us(rnd(&seed) % 200); /* the senders fill the queue */
+            }
+            if (stalled) {
+                atomic_store(&stop, true);
+                CHECK_OK(pl_port_destroy(port)); /* wakes a sender left asleep: invalid-destination */
+            }
+            for (int s = 0; s < BS_SENDERS; s++) pthread_join(threads[s], NULL);
+            if (!stalled) {
+                for (int s = 0; s < BS_SENDERS; s++) CHECK(next[s] == per_sender);
+                pl_received_t header;
+                CHECK_STATUS(pl_port_receive(port, &header, NULL, 0, 0), PL_ERR_TIMED_OUT);
+                CHECK_OK(pl_port_destroy(port));
+            }
+            if (set != NULL) {
+                CHECK(pl_port_set_member_count(set) == 0);
+                CHECK_OK(pl_port_set_destroy(set));
+                pl_port_set_release(set);
+            }
+            if (verbose) printf("    %-8s limit %-4u %6.0f ms\n", modes[mode], limits[l], (double)(now_ns() - round_start) / 1e6);
+            seed += 0x9E3779B97F4A7C15ull;
+        }
+    }
 }
 
 /* ---- descriptors ------------------------------------------------------------------------------------- */
@@ -6124,6 +6260,7 @@ int main(int argc, char **argv) {
         { "queued_only", scenario_queued_only },
         { "misuse", scenario_misuse },
         { "requeue_race", scenario_requeue_race },
+        { "blocking_senders_fifo", scenario_blocking_senders_fifo },
         { "descriptors", scenario_descriptors },
         { "handle_wrap", scenario_handle_wrap },
         { "notifications", scenario_notifications },
