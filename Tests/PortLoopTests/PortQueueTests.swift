@@ -12,18 +12,35 @@ struct PortQueueTests {
         let threads = (0..<senders).map { sender in
             TestThread {
                 for sequence in 0..<perSender {
-                    try! right.send(id: Int32(sender), bytes: payload(sender, sequence))
+                    // A send fails only once the receiver below gave up and destroyed the port: stop there.
+                    do { try right.send(id: Int32(sender), bytes: payload(sender, sequence)) } catch { return }
                 }
             }
         }
         var next = [Int](repeating: 0, count: senders)
         var buffer = [UInt8](repeating: 0, count: 64)
+        var failure: (any Error)?
         for _ in 0..<(senders * perSender) {
-            let header = try buffer.withUnsafeMutableBytes { try port.receive(into: $0, timeout: .after(.seconds(30))) }
+            let header: ReceivedMessageHeader
+            do {
+                header = try buffer.withUnsafeMutableBytes { try port.receive(into: $0, timeout: .after(.seconds(30))) }
+            } catch {
+                failure = error
+                break
+            }
             let (sender, sequence) = decode(Array(buffer[0..<header.size]))
             #expect(Int(header.id) == sender)
             #expect(sequence == next[sender], "sender \(sender) out of order")
             next[sender] = sequence + 1
+        }
+        if let failure {
+            // Fail, not hang: senders left blocked on the full queue (no timeout) would never return, and leaving
+            // this function joins them (TestThread's deinit) before the port goes. Destroying it first wakes them.
+            let queued = port.messageCount
+            port.destroy()
+            threads.forEach { $0.join() }
+            Issue.record("receive failed: \(failure); received per sender \(next), \(queued) still queued")
+            return
         }
         threads.forEach { $0.join() }
         #expect(next == [Int](repeating: perSender, count: senders))
