@@ -177,7 +177,7 @@ void pl_export_drop(pl_export_t *e) {
     pl_give_room_to_waiters_locked(port);
     bool wake = port->waiting_senders > 0;
     pthread_mutex_unlock(&port->lock);
-    if (wake) pl_futex_cond_broadcast(&port->senders);
+    if (wake) pthread_cond_broadcast(&port->senders);
 
     pthread_mutex_lock(&conn->owed_lock);
     if (e->in_owed_list) {
@@ -329,7 +329,7 @@ bool pl_credit_returned(pl_conn_t *conn, uint32_t handle, uint32_t count, const 
     if (held) pl_give_room_to_waiters_locked(port);
     bool wake = held && count > 0 && port->waiting_senders > 0;
     pthread_mutex_unlock(&port->lock);
-    if (wake) pl_futex_cond_broadcast(&port->senders);
+    if (wake) pthread_cond_broadcast(&port->senders);
     if (!held) *reason = "return: more credit than lent";
     return held;
 }
@@ -352,7 +352,7 @@ bool pl_credit_released(pl_conn_t *conn, uint32_t handle, uint32_t transfers, ui
     }
     bool wake = held && credits > 0 && port->waiting_senders > 0;
     pthread_mutex_unlock(&port->lock);
-    if (wake) pl_futex_cond_broadcast(&port->senders);
+    if (wake) pthread_cond_broadcast(&port->senders);
     if (!held) {
         *reason = "release: more credit than lent";
         return false;
@@ -434,7 +434,7 @@ void pl_remote_reclaim(pl_port_t *port) {
         count = pl_collect_locked(port, notices, pl_pick_for_reclaim);
         bool room = !pl_port_full_locked(port);
         pthread_mutex_unlock(&port->lock);
-        if (room) pl_futex_cond_broadcast(&port->senders);
+        if (room) pthread_cond_broadcast(&port->senders);
         pl_notify(notices, count, PL_FRAME_RECLAIM);
     } while (count == PL_NOTICE_BATCH);
 }

@@ -65,8 +65,8 @@ typedef struct pl_membership {
     bool in_ready;
 } pl_membership_t;
 
-/* A condition variable on one futex word, for the waits a message ends — a set's followers (a loop's sleep), a
- * port's direct receivers — and for a port's senders waiting for room. glibc's pthread_cond_wait takes its mutex back marked contended, so the next unlock of
+/* A condition variable on one futex word, for the waits a message ends: a set's followers (a loop's sleep), a
+ * port's direct receivers. glibc's pthread_cond_wait takes its mutex back marked contended, so the next unlock of
  * that mutex makes a futex system call although nobody waits: one system call more per wake-up. A waiter here
  * takes the mutex back as any other locker does. Waiters wait for the word to change; a waker changes it and wakes
  * (after changing the state the waiters look at, under the mutex). */
@@ -82,7 +82,7 @@ struct pl_port {
     uint32_t magic;
     pthread_mutex_t lock;
     pl_futex_cond_t receivers; /* direct receivers wait here for a message */
-    pl_futex_cond_t senders;  /* senders wait here for room */
+    pthread_cond_t senders;   /* senders wait here for room */
     atomic_uint refs;         /* memory references: the receive right, send rights, in-flight users */
     atomic_uint send_rights;  /* send rights only, for pl_port_send_right_count */
     atomic_uint send_once_rights; /* send-once rights not yet used or released */

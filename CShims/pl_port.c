@@ -25,7 +25,7 @@ static pl_port_t *pl_port_alloc(uint32_t qlimit, uint32_t max_msg_size) {
     port->magic = PL_PORT_MAGIC;
     pl_mutex_init_adaptive(&port->lock);
     pl_futex_cond_init(&port->receivers);
-    pl_futex_cond_init(&port->senders);
+    pl_cond_init_monotonic(&port->senders);
     atomic_init(&port->refs, 1);
     atomic_init(&port->send_rights, 0);
     atomic_init(&port->send_once_rights, 0);
@@ -64,6 +64,7 @@ void pl_port_release_internal(pl_port_t *port) {
      * empty and the port is in no set. */
     if (port->proxy != NULL) pl_proxy_free(port->proxy);
     free(port->ring);
+    pthread_cond_destroy(&port->senders);
     pthread_mutex_destroy(&port->lock);
     port->magic = 0;
     free(port);
@@ -135,7 +136,7 @@ pl_status_t pl_port_destroy(pl_port_t *port) {
     pthread_mutex_unlock(&port->lock);
 
     if (wake_receivers) pl_futex_cond_broadcast(&port->receivers);
-    if (wake_senders) pl_futex_cond_broadcast(&port->senders);
+    if (wake_senders) pthread_cond_broadcast(&port->senders);
     for (uint32_t i = 0; i < count; i++) pl_slot_dispose(&ring[(head + i) % capacity]);
     free(ring);
     if (remote) pl_remote_port_destroyed(port);
@@ -246,7 +247,7 @@ pl_status_t pl_port_set_qlimit(pl_port_t *port, uint32_t qlimit) {
     if (raised && port->want_waiters > 0) pl_remote_room_grown_locked(port); /* peers waiting share the new room */
     bool wake = raised && port->waiting_senders > 0;
     pthread_mutex_unlock(&port->lock);
-    if (wake) pl_futex_cond_broadcast(&port->senders);
+    if (wake) pthread_cond_broadcast(&port->senders);
     return PL_OK;
 }
 
@@ -414,7 +415,7 @@ static pl_status_t pl_port_wait_for_room_locked(pl_port_t *port, int64_t timeout
             if (port->sender_wakes_pending > 0) port->sender_wakes_pending--;
             continue;
         }
-        pl_futex_cond_wait_until(&port->senders, &port->lock, deadline);
+        pl_cond_wait_until(&port->senders, &port->lock, deadline);
         /* Woken, timed out or spurious: count one signal as consumed. Counting a timeout too only
          * means a later dequeue signals once more than needed. */
         if (port->sender_wakes_pending > 0) port->sender_wakes_pending--;
@@ -850,7 +851,7 @@ static inline pl_status_t pl_port_receive_into(pl_port_t *port, pl_received_t *o
     pthread_mutex_unlock(&port->lock);
 
     if (wake_receiver) pl_futex_cond_signal(&port->receivers);
-    if (wake_sender) pl_futex_cond_signal(&port->senders);
+    if (wake_sender) pthread_cond_signal(&port->senders);
     pl_credit_send_due(credit_due);
     return status;
 }

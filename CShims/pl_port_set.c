@@ -483,7 +483,7 @@ static pl_status_t pl_take_from_ready_port(pl_port_set_t *set, pl_received_t *ou
     }
     pthread_mutex_unlock(&port->lock);
     if (wake_receiver) pl_futex_cond_signal(&port->receivers);
-    if (wake_sender) pl_futex_cond_signal(&port->senders);
+    if (wake_sender) pthread_cond_signal(&port->senders);
     pl_wake_list_run(&wakes);
     pl_credit_send_due(credit_due);
     pl_port_release_internal(port);
@@ -590,7 +590,7 @@ next_ready_port:
     pthread_mutex_unlock(&port->lock);
 
     if (wake_receiver) pl_futex_cond_signal(&port->receivers);
-    for (uint32_t i = 0; i < sender_wakes; i++) pl_futex_cond_signal(&port->senders);
+    for (uint32_t i = 0; i < sender_wakes; i++) pthread_cond_signal(&port->senders);
     pl_wake_list_run(&wakes);
     pl_credit_send_due(credit_due);
     pl_port_release_internal(port);

@@ -14,10 +14,6 @@
  * wake-up, glibc's pthread_cond_wait takes the mutex back as if others waited for it, so the waiter's next unlock
  * makes a FUTEX_WAKE system call that wakes nobody. On a ping-pong between two loops that was one system call in
  * three. What the word orders is only the sleep: the state it guards is read and written under the mutex.
- * A port's senders waiting for room use it too, for another reason: a dequeue signals one of them only while more
- * wait than have signals pending (sender_wakes_pending), so a signal that woke nobody would leave a sender waiting
- * for good. A wake here is a change of the word, which a waiter that has not slept yet sees too; glibc's condition
- * variable has had a signal lost between two groups of waiters (its bug 25847), fixed only in recent releases.
  */
 #define _GNU_SOURCE /* PTHREAD_MUTEX_ADAPTIVE_NP */
 #include "pl_internal.h"

@@ -4477,7 +4477,7 @@ static void scenario_wake_during_reclaim(void) {
     bool woken = hand_port_settles_within(h.port, 2, 0, 2000);
     if (!woken) fprintf(stderr, "  a sender waits for ever on a port with room (count 1, reserved 2, limit 4)\n");
     CHECK(woken);
-    if (!woken) pl_futex_cond_broadcast(&h.port->senders); /* let it go, to end the scenario */
+    if (!woken) pthread_cond_broadcast(&h.port->senders); /* let it go, to end the scenario */
     pthread_join(s2, NULL);
     hand_conn_close(&h);
 }
