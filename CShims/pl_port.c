@@ -398,6 +398,9 @@ static bool pl_ring_put_set_aside_locked(pl_port_t *port, const pl_slot_t *slot)
     return true;
 }
 
+/* How long a waiting sender sleeps at most before it looks for room again, signalled or not. */
+#define PL_SENDER_LOOK_NS 1000000000LL
+
 /* Waits for room as a local sender (lock held). Room lent to other processes and not used is reclaimed. */
 static pl_status_t pl_port_wait_for_room_locked(pl_port_t *port, int64_t timeout_ns) {
     if (port->dead || !pl_port_full_locked(port)) return PL_OK;
@@ -415,7 +418,11 @@ static pl_status_t pl_port_wait_for_room_locked(pl_port_t *port, int64_t timeout
             if (port->sender_wakes_pending > 0) port->sender_wakes_pending--;
             continue;
         }
-        pl_cond_wait_until(&port->senders, &port->lock, deadline);
+        /* A signal that woke nobody (glibc's condition variable has been known to lose one: its bug 25847) would
+         * leave this sender's wake counted as pending, and no dequeue would signal it again while it is the only
+         * one waiting: so it looks for room again at least every PL_SENDER_LOOK_NS. */
+        int64_t look = pl_now_ns() + PL_SENDER_LOOK_NS;
+        pl_cond_wait_until(&port->senders, &port->lock, deadline < look ? deadline : look);
         /* Woken, timed out or spurious: count one signal as consumed. Counting a timeout too only
          * means a later dequeue signals once more than needed. */
         if (port->sender_wakes_pending > 0) port->sender_wakes_pending--;

@@ -38,6 +38,8 @@
  *   blocking_senders_fifo    four senders block on a full port (queue limits 1, 2, 1024), one with short timeouts
  *                            it tries again; one receiver, direct (slow, or with short timeouts) or through a set:
  *                            each message once, in its sender's order; a receive that waits 3 s is a lost wake-up
+ *   lost_sender_signal       a sender waiting on a full port whose signal was counted but never sent (as a lost
+ *                            one leaves it) looks for room again within a second: its message comes (3 rounds)
  *   descriptors              three descriptors per set; descriptor exhaustion gives PL_ERR_SYSTEM naming
  *                            each system call in turn, leaks nothing, and recovers
  *   send_once_race           400 requests with a send-once reply right, the replier answering (once, or
@@ -1473,6 +1475,78 @@ static void scenario_blocking_senders_fifo(void) {
             seed += 0x9E3779B97F4A7C15ull;
         }
     }
+}
+
+/* ---- lost_sender_signal -------------------------------------------------------------------------- */
+/* A signal to a waiting sender that wakes nobody (glibc's condition variable has been known to lose one) leaves the
+ * sender's wake counted as pending, and no later dequeue signals it. Made by hand: a sender waits on a full port, the
+ * test counts a signal for it that is never sent, and the receiver takes every queued message, directly, through a
+ * set, or in one batch. The sender looks for room again within a second, signalled or not, and its message comes;
+ * before, it slept on with room in the port. */
+
+typedef struct {
+    pl_port_t *port; /* a send right of this thread's own */
+    pl_status_t status;
+} ls_sender_t;
+
+static void *ls_send(void *raw) {
+    ls_sender_t *arg = raw;
+    uint32_t word = 99;
+    arg->status = pl_port_send(arg->port, 9, &word, sizeof word, NULL, 10000 * MS);
+    pl_port_release_send(arg->port);
+    return NULL;
+}
+
+static void lost_sender_signal_round(int how) { /* 0: direct, 1: through a set, 2: a batch through a set */
+    pl_port_t *port = new_port(4);
+    pl_port_set_t *set = how > 0 ? new_set() : NULL;
+    if (set != NULL) CHECK_OK(pl_port_set_insert(set, port));
+    uint32_t word = 1;
+    for (int32_t i = 0; i < 4; i++) CHECK_OK(pl_port_send(port, i, &word, sizeof word, NULL, 0));
+    CHECK_OK(pl_port_make_send(port));
+    ls_sender_t sender = { .port = port, .status = PL_ERR_INVALID_ARG };
+    pthread_t thread;
+    start_thread(&thread, ls_send, &sender);
+    bool waiting = false;
+    for (int64_t since = now_ns(); !waiting && now_ns() - since < 5000 * MS;) {
+        pthread_mutex_lock(&port->lock);
+        waiting = port->waiting_senders == 1;
+        if (waiting) port->sender_wakes_pending = 1; /* a signal counted for it, never sent */
+        pthread_mutex_unlock(&port->lock);
+        if (!waiting) sleep_us(1000);
+    }
+    CHECK(waiting);
+    pl_received_t header;
+    uint32_t words[8];
+    if (how == 2) {
+        pl_received_t headers[8];
+        uint32_t got = 0; /* the four are queued: no wait */
+        CHECK_OK(pl_port_set_receive_batch(set, headers, 8, words, sizeof words, &got));
+        CHECK(got == 4);
+    } else {
+        for (int i = 0; i < 4; i++) {
+            CHECK_OK(set != NULL ? pl_port_set_receive(set, &header, words, sizeof words, 1000 * MS)
+                                 : pl_port_receive(port, &header, words, sizeof words, 1000 * MS));
+            CHECK(header.id == i);
+        }
+    }
+    pl_status_t status = set != NULL ? pl_port_set_receive(set, &header, words, sizeof words, 3000 * MS)
+                                     : pl_port_receive(port, &header, words, sizeof words, 3000 * MS);
+    if (status != PL_OK) fprintf(stderr, "lost_sender_signal (%d): the waiting sender's message did not come\n", how);
+    CHECK_OK(status);
+    CHECK(status != PL_OK || (header.id == 9 && words[0] == 99));
+    if (status != PL_OK) CHECK_OK(pl_port_destroy(port)); /* the sender returns, with invalid-destination */
+    pthread_join(thread, NULL);
+    CHECK(status != PL_OK || sender.status == PL_OK);
+    if (status == PL_OK) CHECK_OK(pl_port_destroy(port));
+    if (set != NULL) {
+        CHECK_OK(pl_port_set_destroy(set));
+        pl_port_set_release(set);
+    }
+}
+
+static void scenario_lost_sender_signal(void) {
+    for (int how = 0; how < 3; how++) lost_sender_signal_round(how);
 }
 
 /* ---- descriptors ------------------------------------------------------------------------------------- */
@@ -6261,6 +6335,7 @@ int main(int argc, char **argv) {
         { "misuse", scenario_misuse },
         { "requeue_race", scenario_requeue_race },
         { "blocking_senders_fifo", scenario_blocking_senders_fifo },
+        { "lost_sender_signal", scenario_lost_sender_signal },
         { "descriptors", scenario_descriptors },
         { "handle_wrap", scenario_handle_wrap },
         { "notifications", scenario_notifications },
