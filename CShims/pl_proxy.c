@@ -467,9 +467,7 @@ static pl_status_t pl_proxy_write(pl_port_t *port, int32_t id, const void *paylo
         size_t wanted = need > PL_CONN_ROOM_BATCH ? need : PL_CONN_ROOM_BATCH;
         size_t under = wanted <= PL_CONN_OUTGOING_LIMIT ? PL_CONN_OUTGOING_LIMIT + 1 - wanted : 0;
         if (under > conn->room_under) conn->room_under = under;
-        conn->room_waiters++;
         pl_cond_wait_until(&conn->writable, &conn->write_lock, deadline);
-        if (--conn->room_waiters == 0) conn->room_under = 0;
     }
     if (conn->fd < 0) {
         pthread_mutex_unlock(&conn->write_lock);

@@ -179,9 +179,9 @@ struct pl_conn {
     pthread_cond_t writable;  /* the outgoing queue drained, or has room for a sender waiting (room_under) */
     pl_out_frame_t *out_head, *out_tail;
     size_t out_bytes;
-    uint32_t room_waiters;    /* senders of messages waiting on writable for room in the queue */
-    size_t room_under;        /* out_bytes under which the least needy of them fits, with room to spare: frames
-                               * leaving below it wake them (0: no wake-up is owed before the queue drains) */
+    size_t room_under;        /* out_bytes under which the least needy sender waiting for room fits, with room to
+                               * spare: frames leaving below it wake the waiters (0: no wake-up is owed before the
+                               * queue drains; left set by a waiter that timed out, it costs one wake-up of nobody) */
     size_t out_control_bytes; /* the part of out_bytes that is not messages: what a peer that does not read makes
                                * us queue (a message's fragments, up to its whole size, are bounded by credit) */
     bool want_writable;       /* the transport watches for EPOLLOUT */

@@ -1156,7 +1156,7 @@ static void *pl_transport_main(void *unused) {
             }
         }
         rest = pl_resting != NULL ? pl_end_rests(now, buffer) : -1;
-        look = pl_refused != NULL ? pl_look_again_at_refused(pl_now_ns()) : -1; /* after the events' refusals */
+        look = pl_refused != NULL ? pl_look_again_at_refused(now) : -1; /* after the events' refusals */
         pl_bury();
     }
     return NULL;

@@ -1665,22 +1665,29 @@ static unsigned child_errors_at_fork; /* memcheck's count in the parent just bef
 static bool in_helper_child;          /* set in a child of fork_helper */
 static atomic_int *children_with_memcheck_errors;
 
-/* In a helper child that is ending: when memcheck found errors in it since the fork, says so (snprintf and write
- * only, for a child of a process with threads) and counts it. Once per process. */
-static void child_memcheck_verdict(void) {
-    if (!in_helper_child) return;
-    in_helper_child = false;
-    unsigned errors = memcheck_errors() - child_errors_at_fork;
-    if (errors == 0) return;
+/* Whether memcheck found errors in this process since its count was `since`; if so, says how many and how to see
+ * them (snprintf and write only, for a child of a process with threads). `whose`: the process, for the message. */
+static bool memcheck_found_errors(unsigned since, const char *whose) {
+    unsigned errors = memcheck_errors() - since;
+    if (errors == 0) return false;
     char line[320];
-    int length = snprintf(line, sizeof line, "FAIL %s: memcheck errors in a child process, not printed: %u; to see "
-                          "them, run `valgrind -q --child-silent-after-fork=no pl_stress %s`\n", current_scenario,
+    int length = snprintf(line, sizeof line, "FAIL %s: memcheck errors in %s, not printed: %u; to see them, run "
+                          "`valgrind -q --child-silent-after-fork=no pl_stress %s`\n", current_scenario, whose,
                           errors, current_scenario);
     if (length > 0) {
         ssize_t written = write(STDERR_FILENO, line, (size_t)length < sizeof line ? (size_t)length : sizeof line - 1);
         (void)written;
     }
-    if (children_with_memcheck_errors != NULL) atomic_fetch_add(children_with_memcheck_errors, 1);
+    return true;
+}
+
+/* In a helper child that is ending: memcheck's errors since the fork fail the scenario. Once per process. */
+static void child_memcheck_verdict(void) {
+    if (!in_helper_child) return;
+    in_helper_child = false;
+    if (memcheck_found_errors(child_errors_at_fork, "a child process") && children_with_memcheck_errors != NULL) {
+        atomic_fetch_add(children_with_memcheck_errors, 1);
+    }
 }
 
 /* Registered before every other atexit handler (101, the first constructor priority a program may use;
@@ -2228,13 +2235,7 @@ static void run_in_own_process(void (*body)(void)) {
         close(report[0]);
         unsigned errors_before = memcheck_errors();
         body();
-        unsigned errors = memcheck_errors() - errors_before;
-        if (errors > 0) {
-            fprintf(stderr, "FAIL %s: memcheck errors in the scenario's process, not printed: %u; to see them, "
-                    "run `valgrind -q --child-silent-after-fork=no pl_stress %s`\n", current_scenario, errors,
-                    current_scenario);
-            atomic_fetch_add(&scenario_failures, 1);
-        }
+        if (memcheck_found_errors(errors_before, "the scenario's process")) atomic_fetch_add(&scenario_failures, 1);
         uint8_t failed = atomic_load(&scenario_failures) > 0;
         if (write(report[1], &failed, 1) != 1) _exit(5);
         _exit(failed ? 4 : 0);
