@@ -1156,7 +1156,8 @@ static void *pl_transport_main(void *unused) {
             }
         }
         rest = pl_resting != NULL ? pl_end_rests(now, buffer) : -1;
-        look = pl_refused != NULL ? pl_look_again_at_refused(now) : -1; /* after the events' refusals */
+        /* A fresh reading, not `now`: the events took a while, and a look due meanwhile would wait a wake-up more. */
+        look = pl_refused != NULL ? pl_look_again_at_refused(pl_now_ns()) : -1;
         pl_bury();
     }
     return NULL;
