@@ -303,6 +303,9 @@ void pl_conn_flush_outgoing(pl_conn_t *conn) {
     if (drained) pthread_cond_broadcast(&conn->writable);
 }
 
+/* The waits leave the write lock to the connection's other writers (a sender, the transport's control frames), and
+ * last PL_EXIT_FLUSH_LOOK_MS at most: the transport may close the socket meanwhile, and its number be reused. */
+#define PL_EXIT_FLUSH_LOOK_MS 10
 void pl_conn_flush_before_exit(pl_conn_t *conn, int64_t deadline) {
     pthread_mutex_lock(&conn->write_lock);
     bool gone = false;
@@ -310,14 +313,19 @@ void pl_conn_flush_before_exit(pl_conn_t *conn, int64_t deadline) {
            conn->out_head != NULL) {
         int64_t left = deadline - pl_now_ns();
         if (left <= 0) break;
-        if (!pl_conn_needs_socket_room_locked(conn)) {
+        bool socket_room = pl_conn_needs_socket_room_locked(conn);
+        struct pollfd writable = { .fd = conn->fd, .events = POLLOUT };
+        pthread_mutex_unlock(&conn->write_lock);
+        if (!socket_room) {
             /* Room in the ring comes with a ring of this side's bell, which its readers take: look again shortly. */
             struct timespec pause = { .tv_sec = 0, .tv_nsec = 200000 };
             nanosleep(&pause, NULL);
-            continue;
+        } else {
+            int64_t wait_ms = left / 1000000 + 1;
+            if (wait_ms > PL_EXIT_FLUSH_LOOK_MS) wait_ms = PL_EXIT_FLUSH_LOOK_MS;
+            (void)poll(&writable, 1, (int)wait_ms); /* an error only means looking again, until the deadline */
         }
-        struct pollfd writable = { .fd = conn->fd, .events = POLLOUT };
-        if (poll(&writable, 1, (int)(left / 1000000 + 1)) < 0 && errno != EINTR) break;
+        pthread_mutex_lock(&conn->write_lock);
     }
     pthread_mutex_unlock(&conn->write_lock);
 }

@@ -87,7 +87,8 @@
  *                            service resumed 100 ms later, its exit flush delivers every message; with the service
  *                            left stopped, exit() returns after the flush's bound (a second); with its connection's
  *                            shared-memory ring broken just before exit() (the read index out of bounds), the flush
- *                            ends the connection and exit() returns
+ *                            ends the connection and exit() returns; a send on the connection from another thread
+ *                            while the flush waits for room returns at once (the flush leaves the lock meanwhile)
  *   exit_handler_sends       a child's own atexit handler, registered before its transport first started, queues
  *                            1 MiB or more for a stopped service: resumed once the child has ended or 300 ms later,
  *                            the service gets every message (the exit flush runs after the program's handlers); a
@@ -3884,9 +3885,29 @@ static void scenario_senders_to_checked_in_port(void) { run_in_own_process(sende
 
 enum { EF_SIZE = 32768, EF_MOST = 64 };
 
-/* How a round ends: the service resumes during the exit flush; it stays stopped; or it stays stopped and the child's
- * connection goes by shared-memory ring, whose read index the child breaks just before exit(). */
-typedef enum { EF_RESUMED, EF_STOPPED, EF_BROKEN_RING } ef_round_t;
+/* How a round ends: the service resumes during the exit flush; it stays stopped; it stays stopped and the child's
+ * connection goes by shared-memory ring, whose read index the child breaks just before exit(); or it stays stopped,
+ * the connection goes by socket only, and another thread of the child sends on it while the flush waits. */
+typedef enum { EF_RESUMED, EF_STOPPED, EF_BROKEN_RING, EF_SENDER_MEANWHILE } ef_round_t;
+
+/* The child's thread of EF_SENDER_MEANWHILE: 100 ms into the flush (which waits a second for the stopped service),
+ * sends on the connection without waiting, and tells the scenario's process how long the send took. The flush must
+ * not keep the connection's writers out while it waits for room. */
+typedef struct {
+    pl_port_t *service;
+    int to_parent;
+} ef_meanwhile_t;
+
+static void *ef_send_meanwhile(void *raw) {
+    ef_meanwhile_t *arg = raw;
+    sleep_us(100000);
+    uint64_t word = 0;
+    int64_t start = now_ns();
+    (void)pl_port_send(arg->service, 33, &word, sizeof word, NULL, 0); /* queued, or timed out: no matter */
+    int64_t took = now_ns() - start;
+    if (write(arg->to_parent, &took, sizeof took) != sizeof took) child_exit(4);
+    return NULL;
+}
 
 /* This process's copy of the read index of the client's direction of a shared-memory ring (the one a writer reads
  * to find room), found through /proc/self/maps; NULL when no ring is mapped. */
@@ -4001,6 +4022,7 @@ static uint32_t exit_rig_close(exit_rig_t *rig, uint32_t expected, int64_t settl
 static void ef_sender(const char *dir, int to_parent, int from_parent, int round) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (round == EF_BROKEN_RING) pl_set_shared_rings(PL_RINGS_ALWAYS);
+    if (round == EF_SENDER_MEANWHILE) pl_set_shared_rings(PL_RINGS_NEVER); /* the flush waits on the socket */
     pl_port_t *service = NULL;
     char byte = 'L';
     if (pl_service_look_up(dir, "svc", 5000 * MS, &service) != PL_OK) child_exit(2);
@@ -4017,6 +4039,13 @@ static void ef_sender(const char *dir, int to_parent, int from_parent, int round
     uint32_t sent = ef_send_what_fits(service, 30);
     if (write(to_parent, &sent, sizeof sent) != sizeof sent) child_exit(4);
     if (head != NULL) atomic_store(head, 0xfffffff1u); /* read ahead of the tail, and misaligned */
+    static ef_meanwhile_t meanwhile;
+    if (round == EF_SENDER_MEANWHILE) {
+        meanwhile = (ef_meanwhile_t){ .service = service, .to_parent = to_parent };
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, ef_send_meanwhile, &meanwhile) != 0) child_exit(5);
+        pthread_detach(thread);
+    }
     exit(0);
 }
 
@@ -4031,6 +4060,18 @@ static void exit_flush_round(ef_round_t round) {
      * the child's queue at exit. */
     CHECK(sent * EF_SIZE > 1024 * 1024);
     int64_t exiting = now_ns();
+    if (round == EF_SENDER_MEANWHILE) {
+        /* Nothing comes if the send returned only when the flush gave up, the process ending before it could tell. */
+        int64_t send_took = -1;
+        struct pollfd told = { .fd = rig.up, .events = POLLIN };
+        CHECK(poll(&told, 1, 5000) == 1);
+        CHECK(read(rig.up, &send_took, sizeof send_took) == sizeof send_took);
+        if (send_took < 0) fprintf(stderr, "  exit_flush: the send during the flush did not return in time\n");
+        else if (verbose || send_took >= 300 * MS) {
+            fprintf(stderr, "  exit_flush: a send during the flush took %.1f ms\n", (double)send_took / 1e6);
+        }
+        CHECK(send_took >= 0 && send_took < 300 * MS); /* the flush waits a second */
+    }
     if (round == EF_RESUMED) {
         sleep_us(100000);
         CHECK(kill(rig.service, SIGCONT) == 0);
@@ -4049,10 +4090,12 @@ static void exit_flush_round(ef_round_t round) {
 static void exit_flush_resumed_body(void) { exit_flush_round(EF_RESUMED); }
 static void exit_flush_stopped_body(void) { exit_flush_round(EF_STOPPED); }
 static void exit_flush_broken_ring_body(void) { exit_flush_round(EF_BROKEN_RING); }
+static void exit_flush_sender_meanwhile_body(void) { exit_flush_round(EF_SENDER_MEANWHILE); }
 static void scenario_exit_flush(void) {
     run_in_own_process(exit_flush_resumed_body);
     run_in_own_process(exit_flush_stopped_body);
     run_in_own_process(exit_flush_broken_ring_body);
+    run_in_own_process(exit_flush_sender_meanwhile_body);
 }
 
 /* ---- exit_handler_sends ------------------------------------------------------------------------------ */
