@@ -4,7 +4,7 @@
  * Writing never blocks. A frame goes straight to the socket (sendmsg with MSG_DONTWAIT) when nothing waits
  * before it; otherwise, or when the socket is full, it joins the outgoing queue, which the transport thread
  * drains when the socket becomes writable. Senders of messages wait for the queue to have room (their timeout
- * applies; they are woken once room for their message and a batch more has appeared, PL_CONN_ROOM_BATCH), so a
+ * applies; they are woken once room for their message or PL_CONN_ROOM_BATCH, whichever is more, appears), so a
  * peer that stops reading cannot grow this process's memory; control frames always go in, and a peer that lets
  * them pile up past PL_CONN_CONTROL_LIMIT is disconnected.
  */
