@@ -247,11 +247,13 @@ static void fail_at(int line, const char *what, int status) {
 #define MS ((int64_t)1000000)
 #define BIG_BUFFER 8192
 
-static int64_t now_ns(void) {
+static int64_t clock_ns(clockid_t clock) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
+
+static int64_t now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 
 static void sleep_us(unsigned us) {
     struct timespec ts = { .tv_sec = us / 1000000u, .tv_nsec = (long)(us % 1000000u) * 1000L };
@@ -5613,15 +5615,10 @@ static void scenario_refused_after_messages(void) { run_in_own_process(refused_a
 enum { REFUSING_PEERS = 40 };
 #define REFUSING_BOUND_MS 200 /* half of what the waiting looks held the transport for */
 
-/* The scenario bounds the time in which no thread of the process ran: a look that waits idles the transport, and
- * with it every thread waiting on a connection, while work keeps threads running however much a tool (helgrind's
- * clocks grow with every thread a run has made) slows it. The round trips' bound is then the waits' share plus the
- * CPU time spent meanwhile. */
-static int64_t process_cpu_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
+/* The scenario bounds the time in which no thread of the process ran (wall time less the process's CPU time): a
+ * look that waits idles the transport, and with it every thread waiting on a connection, while work keeps threads
+ * running however much a tool (helgrind's clocks grow with every thread a run has made) slows it. The round trips'
+ * bound is then the waits' share plus the CPU time spent meanwhile. */
 
 typedef struct round_trips {
     pl_port_t *right, *replies; /* the service's port, looked up; where its echoes come */
@@ -5714,9 +5711,8 @@ static void refusing_peers_hold_nothing_body(void) {
     size_t probe_length = pl_wire_encode_probe(probe, 1, 0, 0);
     atomic_store(&rt.longest, 0);
     int before = atomic_load(&rt.count);
-    int64_t cpu_before = process_cpu_ns();
     for (int i = 0; i < REFUSING_PEERS; i++) CHECK(send(peers[i], probe, probe_length, 0) == (ssize_t)probe_length);
-    int64_t sent = now_ns();
+    int64_t sent = now_ns(), cpu_at_sent = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     sleep_us(3000);
     for (int i = 0; i < REFUSING_PEERS; i++) {
         ssize_t again = send(peers[i], probe, probe_length, MSG_NOSIGNAL);
@@ -5726,7 +5722,7 @@ static void refusing_peers_hold_nothing_body(void) {
     for (int64_t deadline = sent + 10000 * MS; !ended && now_ns() < deadline; sleep_us(1000)) {
         ended = connection_count() == connections;
     }
-    int64_t taken = now_ns() - sent, cpu = process_cpu_ns() - cpu_before;
+    int64_t taken = now_ns() - sent, cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu_at_sent;
     if (!ended) fprintf(stderr, "  %u connections of the refusing peers left\n", connection_count() - connections);
     CHECK(ended);
     sleep_us(20000); /* a round trip or two after the last end */
