@@ -241,12 +241,14 @@ static bool pl_rx_begin(pl_conn_t *conn, const pl_wire_message_t *m, bool more, 
 static bool pl_receive_message(pl_conn_t *conn, const pl_wire_frame_t *frame, int *fds, const char **reason) {
     const pl_wire_message_t *m = &frame->u.message;
     bool more = (frame->flags & PL_FRAME_MORE) != 0;
+    /* Bytes left in the ring are copied from there once, straight to where they belong. */
+    const uint8_t *bytes = conn->rx_bytes_in_ring != NULL ? conn->rx_bytes_in_ring : m->bytes;
     if (m->offset == 0) {
         if (!pl_rx_begin(conn, m, more, (frame->flags & PL_FRAME_ONCE) != 0, fds, reason)) return false;
         if (conn->rx.bytes == NULL || m->out_of_line) {
             /* Small and whole: straight from the frame; or out of line, whole in its mapping. */
             if (m->credit_count > 0) pl_proxy_credit(conn, m->credit_handle, m->credit_count);
-            return pl_rx_deliver(conn, m->out_of_line ? NULL : m->bytes, reason);
+            return pl_rx_deliver(conn, m->out_of_line ? NULL : bytes, reason);
         }
     } else if (!conn->rx.active || m->dest != conn->rx.dest || m->id != conn->rx.id ||
                m->total_size != conn->rx.total || m->offset != conn->rx.received) {
@@ -256,7 +258,7 @@ static bool pl_receive_message(pl_conn_t *conn, const pl_wire_frame_t *frame, in
     /* A fragment read straight into the buffer (pl_conn_read_socket) is there already: it continues the message,
      * so its bytes start where the read put them. */
     uint8_t *to = conn->rx.bytes + m->offset;
-    if (m->byte_count > 0 && to != conn->rx.in_place) memcpy(to, m->bytes, m->byte_count);
+    if (m->byte_count > 0 && to != conn->rx.in_place) memcpy(to, bytes, m->byte_count);
     conn->rx.received = m->offset + m->byte_count;
     if (m->credit_count > 0) pl_proxy_credit(conn, m->credit_handle, m->credit_count);
     if (more) return true;

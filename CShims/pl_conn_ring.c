@@ -318,18 +318,41 @@ static pl_read_result_t pl_conn_ring_look_at_socket(pl_conn_t *conn, const char 
     return PL_READ_ENDED;
 }
 
+/* Takes the ring's next record and handles a packet: PL_RING_BROKEN with *reason when the packet breaks a rule too.
+ * The packet is copied into `buffer` first, and decoded there only. A message frame with more bytes than a message
+ * keeps in its slot, and no attachment, leaves its bytes in the ring: they are copied once, from there straight to
+ * the memory the message is put together in (rx_bytes_in_ring), not into `buffer` and then again. */
+static pl_ring_take_result_t pl_conn_ring_take_packet(pl_conn_t *conn, uint8_t *buffer, size_t *length,
+                                                      const char **reason) {
+    const uint8_t *shared = NULL;
+    pl_ring_take_result_t took = pl_ring_take_shared(conn->ring, &shared, length, reason);
+    if (took != PL_RING_PACKET) return took;
+    size_t copied = *length;
+    if (*length > PL_WIRE_FRAGMENT_HEAD + PL_INLINE_PAYLOAD) {
+        memcpy(buffer, shared, PL_WIRE_FRAGMENT_HEAD);
+        copied = PL_WIRE_FRAGMENT_HEAD;
+        if (pl_wire_plain_message_head(buffer, *length)) {
+            conn->rx_bytes_in_ring = shared + PL_WIRE_FRAGMENT_HEAD;
+        } else {
+            memcpy(buffer + copied, shared + copied, *length - copied);
+        }
+    } else {
+        memcpy(buffer, shared, copied);
+    }
+    conn->packets_read++;
+    bool handled = pl_conn_receive_packet(conn, buffer, *length, NULL, 0, reason);
+    conn->rx_bytes_in_ring = NULL;
+    return handled ? PL_RING_PACKET : PL_RING_BROKEN;
+}
+
 bool pl_conn_ring_take_to_mark(pl_conn_t *conn, uint8_t *scratch, const char **why) {
     for (;;) {
         size_t length = 0;
         const char *reason = NULL;
-        pl_ring_take_result_t took = pl_ring_take(conn->ring, scratch, &length, &reason);
+        pl_ring_take_result_t took = pl_conn_ring_take_packet(conn, scratch, &length, &reason);
         if (took == PL_RING_MARK) return true;
-        if (took == PL_RING_PACKET) {
-            conn->packets_read++;
-            if (pl_conn_receive_packet(conn, scratch, length, NULL, 0, &reason)) continue;
-        } else if (took == PL_RING_EMPTY) {
-            reason = "ring: a packet on the socket that no mark announced";
-        }
+        if (took == PL_RING_PACKET) continue;
+        if (took == PL_RING_EMPTY) reason = "ring: a packet on the socket that no mark announced";
         *why = reason;
         return false;
     }
@@ -353,16 +376,10 @@ pl_read_result_t pl_conn_read_ring(pl_conn_t *conn, uint8_t *buffer, int budget,
         }
         size_t length = 0;
         const char *reason = NULL;
-        pl_ring_take_result_t took = pl_ring_take(ring, buffer, &length, &reason);
+        pl_ring_take_result_t took = pl_conn_ring_take_packet(conn, buffer, &length, &reason);
         if (took == PL_RING_PACKET) {
             read++;
             read_bytes += length;
-            conn->packets_read++;
-            if (!pl_conn_receive_packet(conn, buffer, length, NULL, 0, &reason)) {
-                *why = reason;
-                result = PL_READ_ENDED;
-                break;
-            }
             continue;
         }
         if (took == PL_RING_MARK) {

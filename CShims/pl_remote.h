@@ -264,6 +264,8 @@ struct pl_conn {
     } rx;
     uint64_t rx_serial;       /* the reader's: messages begun (outside rx, which is cleared after each), so that a
                                * fragment read in place names the one it belongs to */
+    const uint8_t *rx_bytes_in_ring; /* the reader's: where the bytes of the message frame being handled are, when
+                                      * they were left in the shared ring (pl_conn_read_ring); else NULL */
 };
 
 /* How this side's frames go (ring_state). */

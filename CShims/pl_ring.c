@@ -374,7 +374,15 @@ pl_ring_put_result_t pl_ring_put_mark_for_socket(pl_ring_t *ring) {
 
 /* ---- reading ---------------------------------------------------------------------------------------- */
 
-pl_ring_take_result_t pl_ring_take(pl_ring_t *ring, uint8_t *out, size_t *out_length, const char **reason) {
+pl_ring_take_result_t pl_ring_take_shared(pl_ring_t *ring, const uint8_t **shared, size_t *out_length,
+                                          const char **reason) {
+    /* A long pass gives room back on the way, not only at its end: the room of the records taken before this one,
+     * which their reader is done with. Sequentially consistent: pl_ring_done_reading then stores nothing, and this
+     * store is the half of its Dekker pair with writer_waiting. */
+    if (ring->in_head - ring->in_head_shared >= PL_RING_GIVE_BACK_BYTES) {
+        atomic_store_explicit(&ring->in->head, ring->in_head, memory_order_seq_cst);
+        ring->in_head_shared = ring->in_head;
+    }
     /* A load of the writer's tail for every record would pull its cache line over for each message, and make the
      * writer's next store pull it back: what one load said is taken first, and the tail is loaded again only then
      * (or when only pads were left of it). */
@@ -425,21 +433,21 @@ pl_ring_take_result_t pl_ring_take(pl_ring_t *ring, uint8_t *out, size_t *out_le
                                                    : "ring: a packet shorter than a frame";
                 return PL_RING_BROKEN;
             } else {
-                memcpy(out, ring->in_data + at + PL_RING_RECORD_HEADER, length); /* decoded from our copy only */
+                *shared = ring->in_data + at + PL_RING_RECORD_HEADER;
                 *out_length = length;
             }
-            ring->in_head += need;
-            /* A long pass gives room back on the way, not only at its end. Sequentially consistent:
-             * pl_ring_done_reading then stores nothing, and this store is the half of its Dekker pair with
-             * writer_waiting. */
-            if (ring->in_head - ring->in_head_shared >= PL_RING_GIVE_BACK_BYTES) {
-                atomic_store_explicit(&ring->in->head, ring->in_head, memory_order_seq_cst);
-                ring->in_head_shared = ring->in_head;
-            }
+            ring->in_head += need; /* given back at the next take, or by pl_ring_done_reading */
             return kind == PL_RECORD_MARK ? PL_RING_MARK : PL_RING_PACKET;
         }
         if (fresh) return PL_RING_EMPTY;
     }
+}
+
+pl_ring_take_result_t pl_ring_take(pl_ring_t *ring, uint8_t *out, size_t *out_length, const char **reason) {
+    const uint8_t *shared = NULL;
+    pl_ring_take_result_t took = pl_ring_take_shared(ring, &shared, out_length, reason);
+    if (took == PL_RING_PACKET) memcpy(out, shared, *out_length); /* decoded from our copy only */
+    return took;
 }
 
 void pl_ring_done_reading(pl_ring_t *ring) {

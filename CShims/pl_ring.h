@@ -41,7 +41,7 @@ typedef struct pl_ring pl_ring_t;
 /* What taking a record found. */
 typedef enum pl_ring_take_result {
     PL_RING_EMPTY,            /* no record */
-    PL_RING_PACKET,           /* a packet, copied out */
+    PL_RING_PACKET,           /* a packet (copied out by pl_ring_take) */
     PL_RING_MARK,             /* the next packet on the socket comes here, in order */
     PL_RING_BROKEN,           /* the peer broke the ring's rules (*reason) */
 } pl_ring_take_result_t;
@@ -107,6 +107,12 @@ pl_ring_put_result_t pl_ring_put_mark_for_socket(pl_ring_t *ring);
 
 /* Takes the next record: a packet copied into `out` (room for PL_WIRE_MAX_FRAME bytes), *out_length its length. */
 pl_ring_take_result_t pl_ring_take(pl_ring_t *ring, uint8_t *out, size_t *out_length, const char **reason);
+
+/* Takes the next record without copying it: a packet's *out_length bytes are at *shared, in memory the peer writes
+ * and may change meanwhile, so the caller copies each byte it uses once and decodes only its copy. They stay the
+ * reader's (the writer gets their room back) until the next take or pl_ring_done_reading. */
+pl_ring_take_result_t pl_ring_take_shared(pl_ring_t *ring, const uint8_t **shared, size_t *out_length,
+                                          const char **reason);
 
 /* After a pass of takes: gives the room back to the writer and rings its bell if it waits for room. */
 void pl_ring_done_reading(pl_ring_t *ring);

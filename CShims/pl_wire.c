@@ -287,11 +287,15 @@ size_t pl_wire_frame_length(const uint8_t *bytes, size_t remaining) {
     return length;
 }
 
-bool pl_wire_fragment_head(const uint8_t *head, size_t length, uint32_t *offset) {
+bool pl_wire_plain_message_head(const uint8_t *head, size_t length) {
     const uint8_t *body = head + PL_WIRE_HEADER_SIZE;
-    *offset = pl_get32(body + 12);
-    return length > PL_WIRE_FRAGMENT_HEAD && length <= PL_WIRE_MAX_FRAME && head[0] == PL_FRAME_MESSAGE &&
-           pl_get32(head + 4) == length && *offset > 0 && pl_get16(body + 16) == 0 && pl_get16(body + 18) == 0;
+    return length >= PL_WIRE_FRAGMENT_HEAD && length <= PL_WIRE_MAX_FRAME && head[0] == PL_FRAME_MESSAGE &&
+           pl_get32(head + 4) == length && pl_get16(body + 16) == 0 && pl_get16(body + 18) == 0;
+}
+
+bool pl_wire_fragment_head(const uint8_t *head, size_t length, uint32_t *offset) {
+    *offset = pl_get32(head + PL_WIRE_HEADER_SIZE + 12);
+    return length > PL_WIRE_FRAGMENT_HEAD && *offset > 0 && pl_wire_plain_message_head(head, length);
 }
 
 bool pl_wire_decode(const uint8_t *packet, size_t length, uint32_t fd_count, pl_wire_frame_t *frame,

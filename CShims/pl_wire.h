@@ -197,9 +197,12 @@ static inline uint32_t pl_wire_next_fragment_room(void) {
     return PL_WIRE_MAX_FRAME - PL_WIRE_FRAGMENT_HEAD;
 }
 
-/* Whether a packet of `length` bytes that starts with `head` (PL_WIRE_FRAGMENT_HEAD bytes) says it is a later
- * fragment of a message: a MESSAGE frame of that length, at an offset past 0, with no attachment and no
- * descriptor. Its offset goes to *offset. What it says only: pl_wire_decode checks the frame. */
+/* Whether a packet of `length` bytes that starts with `head` (PL_WIRE_FRAGMENT_HEAD bytes) says it is one MESSAGE
+ * frame of that length with no attachment and no descriptor: pl_wire_decode then reads no byte past the head, and
+ * the message's bytes are the rest of the packet. What it says only: pl_wire_decode checks the frame. */
+bool pl_wire_plain_message_head(const uint8_t *head, size_t length);
+
+/* pl_wire_plain_message_head, and a later fragment of its message: at an offset past 0 (*offset), with bytes. */
 bool pl_wire_fragment_head(const uint8_t *head, size_t length, uint32_t *offset);
 
 #endif /* PL_WIRE_H */

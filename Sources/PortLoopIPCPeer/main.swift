@@ -17,14 +17,15 @@
 //       (a test's stand-in for systemd, which sets it after fork). --refuse: a policy that admits nobody (not even
 //       this user or root), so every look-up is refused. --spin: the loop polls for the longest spin allowed
 //       before it sleeps (PortRunLoop.maxSpinBeforeSleeping), the low-latency mode.
-//   client DIR NAME THREADS COUNT [--fds] [--large] [--medium] [--paced] [--stay]
+//   client DIR NAME THREADS COUNT [--fds] [--large] [--medium] [--patterned] [--paced] [--stay]
 //       looks NAME up; THREADS threads each send COUNT messages id 8 with payload "pid thread seq", waiting
 //       forever for room; prints `sent N` when all are sent. --fds: every third message (seq divisible by 3)
 //       carries a descriptor, /dev/null. --large: three of four (seq not divisible by 4) are padded with spaces to
-//       20,000 bytes. --medium: every one is padded to 4,000 bytes. --paced (one thread): after every 100 messages
-//       but the last, prints `paced N` (N sent so far) and waits for a line on stdin. --stay: then prints `rings N`
-//       (CrossProcessStatistics' sharedRingConnections) and `asked N` (its creditRequests), and exits only when a
-//       line arrives on stdin.
+//       20,000 bytes. --medium: every one is padded to 4,000 bytes. --patterned: a space, then bytes up to 4,000,
+//       70,000 or 300,000 (by seq % 3), byte i being (i * 7 + seq) | 0x80. --paced (one thread): after every 100
+//       messages but the last, prints `paced N` (N sent so far) and waits for a line on stdin. --stay: then prints
+//       `rings N` (CrossProcessStatistics' sharedRingConnections) and `asked N` (its creditRequests), and exits
+//       only when a line arrives on stdin.
 //   stream DIR NAME COUNT [SIZE] [--pack] [--exit-now]
 //       looks NAME up, prints `ready` and waits for a line on stdin; then one thread sends COUNT messages id 8
 //       back to back, payload "pid 0 seq" padded with spaces to SIZE bytes (default 16), waiting forever for room;
@@ -49,6 +50,11 @@
 //       looks NAME up and prints `ok` or `error <PortError>`; --as-nobody first drops to uid/gid 65534.
 //   request DIR NAME ID TEXT
 //       looks NAME up, makes one request and prints `reply <id> <text>` or `error <PortError>`.
+//   paced DIR NAME COUNT
+//       looks NAME up and makes one request (id 1) to start the connection; then, 2 ms apart, sends COUNT messages
+//       id 1 of payload [i, 7] with a reply port of its own, made once, and checks each reply (id 101, the same
+//       payload). Prints `rung N`, the shared-ring bells this process rang meanwhile (sharedRingWakeUps), and
+//       `rings N` (sharedRingConnections).
 //   bulk DIR NAME SIZE COUNT [THRESHOLD] [--buffer] [--exhaust-descriptors] [--limit-file-size]
 //       looks NAME up and sends COUNT messages id 11 of SIZE bytes, message k's byte i being
 //       UInt8(truncatingIfNeeded: i &* 31 &+ i >> 16) &+ k, waiting forever for room; prints `sent N`. THRESHOLD
@@ -298,6 +304,13 @@ case "client":
                         bytes += [UInt8](repeating: 0x20, count: 20_000 - bytes.count)
                     }
                     if flags.contains("--medium") { bytes += [UInt8](repeating: 0x20, count: 4_000 - bytes.count) }
+                    if flags.contains("--patterned") {
+                        // One, two or five fragments; after a space, bytes that say where they belong.
+                        bytes += Array(" ".utf8)
+                        let size = [4_000, 70_000, 300_000][seq % 3]
+                        let start = bytes.count
+                        bytes += (start..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ seq) | 0x80 }
+                    }
                     try service.send(id: 8, bytes: bytes, attachments: attachments)
                     if flags.contains("--paced"), (seq + 1) % 100 == 0, seq + 1 < count {
                         say("paced \(seq + 1)")
@@ -420,6 +433,27 @@ case "request":
         say("reply \(reply.id) \(text(reply.payload))")
     } catch {
         say("error \(error)")
+    }
+    exit(0)
+
+case "paced":
+    guard arguments.count == 4, let count = Int(arguments[3]), count > 0, count < 256 else { fail("usage") }
+    do {
+        let service = try namespace.lookUp(name, timeout: .seconds(10))
+        _ = try service.request(id: 1, bytes: [0], timeout: .seconds(10))
+        let replies = try PortReceiveRight(queueLimit: 4)
+        let replyPort = replies.makeSendRight()
+        let rungBefore = CrossProcessStatistics.current.sharedRingWakeUps
+        for i in 1...count {
+            usleep(2000)
+            try service.send(id: 1, bytes: [UInt8(i), 7], replyPort: replyPort, timeout: .seconds(10))
+            let reply = try replies.receive(timeout: .seconds(10))
+            guard reply.id == 101 && reply.payload == [UInt8(i), 7] else { fail("reply \(i): \(reply.id)") }
+        }
+        say("rung \(CrossProcessStatistics.current.sharedRingWakeUps - rungBefore)")
+        say("rings \(CrossProcessStatistics.current.sharedRingConnections)")
+    } catch {
+        fail("paced: \(error)")
     }
     exit(0)
 

@@ -66,6 +66,8 @@
  *   ring_bells               a shared-memory ring's wake-ups step by step: one ring per pass for an armed
  *                            reader, the reader's done rings a writer that found no room, a pad alone rings; a
  *                            bell (an eventfd) is never read, its counter stays at one however often rung
+ *   ring_shared_take         a packet taken in place stays the reader's: a writer filling every room it sees never
+ *                            writes over it, though the room of those taken before goes back on the way
  *   ring_hostile             each rule a peer can break in the shared memory gives BROKEN or CORRUPT; what is
  *                            not a ring's memfd (or one sealed against writing), or not an eventfd for a bell (a
  *                            pipe, file, FIFO, socket, timerfd, epoll set), or a second bell, is refused
@@ -3029,6 +3031,48 @@ counter:
         pl_ring_done_reading(p.client);
     }
     CHECK(ring_bell_count(pl_ring_bell(p.client)) == 1 && ring_bell_count(pl_ring_bell(p.service)) == 1);
+    ring_pair_close(&p);
+}
+
+/* ---- ring_shared_take ---------------------------------------------------------------------------------- */
+/* A packet taken in place (pl_ring_take_shared) stays the reader's while it copies it out: a writer that fills all
+ * the room it sees, before and while the reader holds each packet, never writes over the one held, though the room
+ * of those taken before goes back at every take. Every packet arrives whole, in order, the writer's record being
+ * the largest packet with the ring's reach near and whole. */
+static void scenario_ring_shared_take(void) {
+    ring_pair_t p;
+    ring_pair_open(&p);
+    uint32_t reaches[] = { PL_RING_NEAR_BYTES, PL_RING_BYTES };
+    uint32_t put = 1, taken = 1;
+    const char *reason = NULL;
+    for (int r = 0; r < 2; r++) {
+        pl_ring_set_reach(p.service, reaches[r]);
+        uint32_t given_back = 0;
+        for (int round = 0; round < 48; round++) {
+            while (ring_put(p.service, put, PL_WIRE_MAX_FRAME) == PL_RING_PUT) put++;
+            const uint8_t *shared = NULL;
+            size_t length = 0;
+            uint32_t head_before = *ring_word(&p, RING_HEAD(1));
+            CHECK(pl_ring_take_shared(p.client, &shared, &length, &reason) == PL_RING_PACKET &&
+                  length == PL_WIRE_MAX_FRAME);
+            if (*ring_word(&p, RING_HEAD(1)) != head_before) given_back++;
+            while (ring_put(p.service, put, PL_WIRE_MAX_FRAME) == PL_RING_PUT) put++;
+            CHECK(memcmp(shared, ring_content(taken), length) == 0);
+            taken++;
+        }
+        CHECK(given_back >= 40); /* room went back on the way, not only when the reader was done */
+        uint8_t *out = malloc(PL_WIRE_MAX_FRAME);
+        CHECK(out != NULL);
+        size_t length = 0;
+        pl_ring_take_result_t took;
+        while ((took = pl_ring_take(p.client, out, &length, &reason)) == PL_RING_PACKET) {
+            CHECK(length == PL_WIRE_MAX_FRAME && memcmp(out, ring_content(taken), length) == 0);
+            taken++;
+        }
+        CHECK(took == PL_RING_EMPTY && taken == put);
+        pl_ring_done_reading(p.client);
+        free(out);
+    }
     ring_pair_close(&p);
 }
 
@@ -6422,6 +6466,7 @@ int main(int argc, char **argv) {
         { "look_up_meets_death", scenario_look_up_meets_death },
         { "ring_bells", scenario_ring_bells },
         { "ring_reach", scenario_ring_reach },
+        { "ring_shared_take", scenario_ring_shared_take },
         { "ring_hostile", scenario_ring_hostile },
         { "ring_stuck_bell", scenario_ring_stuck_bell },
         { "ring_fork_stream", scenario_ring_fork_stream },

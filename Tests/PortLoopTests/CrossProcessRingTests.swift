@@ -97,6 +97,41 @@ struct CrossProcessRingTests {
         }
     }
 
+    @Test("a message's bytes, copied from the ring straight to where it is put together, arrive intact")
+    func bytesCopiedOnceFromTheRing() throws {
+        let saved = PortNamespace.sharedRings
+        defer { PortNamespace.sharedRings = saved }
+        PortNamespace.sharedRings = .always
+        let space = TemporaryNamespace()
+        let port = try space.namespace.checkIn("patterned", queueLimit: 64, maxMessageSize: 300_000)
+        // Messages of one, two and five fragments, all through the ring, every byte checked: the reader decodes a
+        // copy of each frame's head, and copies the bytes from the ring straight to the message's memory (that
+        // their room stays the reader's meanwhile, the stress scenario `ring_shared_take` checks).
+        let client = try Peer(["client", space.path, "patterned", "2", "60", "--patterned", "--stay"],
+                              environment: ["PORTLOOP_SHARED_RINGS": "always"])
+        defer { client.kill() }
+        var next: [String: Int] = [:]
+        for _ in 0..<120 {
+            let message = try port.receive(timeout: .seconds(30))
+            let payload = message.payload
+            let head = try #require(payload.firstIndex { $0 & 0x80 != 0 }) // where the patterned bytes begin
+            let parts = String(decoding: payload[..<head], as: UTF8.self).split(separator: " ")
+            try #require(message.id == 8 && parts.count == 3)
+            let sender = "\(parts[0]) \(parts[1])", seq = try #require(Int(parts[2]))
+            #expect(seq == next[sender, default: 0], "\(sender): \(seq) came when \(next[sender, default: 0]) was due")
+            next[sender] = seq + 1
+            #expect(payload.count == [4_000, 70_000, 300_000][seq % 3])
+            let wrong = payload.indices[head...].first {
+                payload[$0] != UInt8(truncatingIfNeeded: $0 &* 7 &+ seq) | 0x80
+            }
+            #expect(wrong == nil, "\(sender) message \(seq): byte \(wrong ?? 0) of \(payload.count) differs")
+        }
+        #expect(next.count == 2 && next.values.allSatisfy { $0 == 60 })
+        #expect(client.line(startingWith: "rings") == "rings 1")
+        client.tell("exit")
+        #expect(client.finish() == 0)
+    }
+
     @Test("a backlog that found the ring full crosses it packed: every message once, in each sender's order")
     func backlogPackedIntoTheRing() throws {
         let saved = PortNamespace.sharedRings

@@ -11,37 +11,28 @@ import Glibc
 struct CrossProcessSpinTests {
     @Test("a polling loop reads its ring itself: requests reach it without a wake-up, and are answered")
     func requestsRingNoBell() throws {
-        let saved = PortNamespace.sharedRings
-        defer { PortNamespace.sharedRings = saved }
-        PortNamespace.sharedRings = .always // this process is the client, and offers the ring at once
-        let before = CrossProcessRingTests.waitForRings(0) // an earlier test's connections may still be ending
         let space = TemporaryNamespace()
-        let server = try Peer(["serve", space.path, "polling", "--spin"], environment: ["PORTLOOP_SHARED_RINGS": "always"])
+        let rings = ["PORTLOOP_SHARED_RINGS": "always"] // the client offers the ring at once, and the service takes it
+        let server = try Peer(["serve", space.path, "polling", "--spin"], environment: rings)
         defer { server.kill() }
         try #require(server.ready())
-        let service = try space.namespace.lookUp("polling", timeout: .seconds(10))
-        _ = try service.request(id: 1, bytes: [0], timeout: .seconds(10))
-        try #require(CrossProcessRingTests.waitForRings(before + 1) == before + 1, "the connection moved to its ring")
-
         // Each request finds the service's loop polling (it polls for 10 ms after each pass, and the requests come
         // 2 ms apart): it takes the request from the ring as it comes. A loop that only looked at the ring before
-        // sleeping would leave it armed, and every request would ring its bell. The replies come to a port of this
-        // thread's, made once: request() makes one a time, and the notice of its end, sent as the reply arrives,
+        // sleeping would leave it armed, and every request would ring its bell. The client is a process of its
+        // own, whose count of the bells it rang no other test's connections add to; its replies come to a port of
+        // its own, made once: request() makes one a time, and the notice of its end, sent as the reply arrives,
         // finds the service still at work on its pass and rightly rings.
-        let replies = try PortReceiveRight(queueLimit: 4)
-        let replyPort = replies.makeSendRight()
-        let rungBefore = CrossProcessStatistics.current.sharedRingWakeUps
         let count = 100
-        for i in 1...count {
-            usleep(2000)
-            try service.send(id: 1, bytes: [UInt8(i), 7], replyPort: replyPort, timeout: .seconds(10))
-            let reply = try replies.receive(timeout: .seconds(10))
-            #expect(reply.id == 101 && reply.payload == [UInt8(i), 7])
-        }
-        let rung = CrossProcessStatistics.current.sharedRingWakeUps - rungBefore
+        let client = try Peer(["paced", space.path, "polling", "\(count)"], environment: rings)
+        defer { client.kill() }
+        let line = client.line(startingWith: "rung")
+        let rung = try #require(line.flatMap { Int($0.dropFirst(5)) }, "the client said \(line ?? "nothing")")
         // A loop preempted just as it begins to poll leaves the ring armed a moment longer: a few may ring.
         #expect(rung < count / 4, "\(rung) of \(count) requests rang the polling loop's bell")
+        #expect(client.line(startingWith: "rings") == "rings 1", "the client's connection read by ring")
+        #expect(client.finish() == 0)
 
+        let service = try space.namespace.lookUp("polling", timeout: .seconds(10))
         _ = try service.request(id: 10, timeout: .seconds(10))
         #expect(server.finish() == 0)
     }
