@@ -374,15 +374,26 @@ pl_ring_put_result_t pl_ring_put_mark_for_socket(pl_ring_t *ring) {
 
 /* ---- reading ---------------------------------------------------------------------------------------- */
 
-pl_ring_take_result_t pl_ring_take_shared(pl_ring_t *ring, const uint8_t **shared, size_t *out_length,
-                                          const char **reason) {
-    /* A long pass gives room back on the way, not only at its end: the room of the records taken before this one,
-     * which their reader is done with. Sequentially consistent: pl_ring_done_reading then stores nothing, and this
-     * store is the half of its Dekker pair with writer_waiting. */
-    if (ring->in_head - ring->in_head_shared >= PL_RING_GIVE_BACK_BYTES) {
+/* Gives the room of the records taken so far back to the writer, and rings its bell if it waits for room. The
+ * head's store is sequentially consistent, the half of a Dekker pair with writer_waiting: the writer that asks to be
+ * rung looks at the head again after it asked. */
+static void pl_ring_give_back(pl_ring_t *ring) {
+    if (ring->in_head != ring->in_head_shared) {
         atomic_store_explicit(&ring->in->head, ring->in_head, memory_order_seq_cst);
         ring->in_head_shared = ring->in_head;
     }
+    if (atomic_load_explicit(&ring->in->writer_waiting, memory_order_seq_cst) != 0 &&
+        atomic_exchange_explicit(&ring->in->writer_waiting, 0, memory_order_seq_cst) != 0) {
+        pl_ring_bell_ring(ring);
+    }
+}
+
+pl_ring_take_result_t pl_ring_take_shared(pl_ring_t *ring, const uint8_t **shared, size_t *out_length,
+                                          const char **reason) {
+    /* A long pass gives room back on the way, not only at its end: the room of the records taken before this one,
+     * which their reader is done with. A writer that waits for it is rung then, so that it fills the ring again
+     * while this side reads on, rather than after the whole pass. */
+    if (ring->in_head - ring->in_head_shared >= PL_RING_GIVE_BACK_BYTES) pl_ring_give_back(ring);
     /* A load of the writer's tail for every record would pull its cache line over for each message, and make the
      * writer's next store pull it back: what one load said is taken first, and the tail is loaded again only then
      * (or when only pads were left of it). */
@@ -450,16 +461,7 @@ pl_ring_take_result_t pl_ring_take(pl_ring_t *ring, uint8_t *out, size_t *out_le
     return took;
 }
 
-void pl_ring_done_reading(pl_ring_t *ring) {
-    if (ring->in_head != ring->in_head_shared) {
-        atomic_store_explicit(&ring->in->head, ring->in_head, memory_order_seq_cst);
-        ring->in_head_shared = ring->in_head;
-    }
-    if (atomic_load_explicit(&ring->in->writer_waiting, memory_order_seq_cst) != 0 &&
-        atomic_exchange_explicit(&ring->in->writer_waiting, 0, memory_order_seq_cst) != 0) {
-        pl_ring_bell_ring(ring);
-    }
-}
+void pl_ring_done_reading(pl_ring_t *ring) { pl_ring_give_back(ring); }
 
 bool pl_ring_arm(pl_ring_t *ring) {
     atomic_store_explicit(&ring->in->reader_armed, 1, memory_order_seq_cst);

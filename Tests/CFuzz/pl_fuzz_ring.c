@@ -41,7 +41,8 @@
  *   - before any hostile change: every record comes out as it went in, in order, and EMPTY only when none waits;
  *     puts are never CORRUPT, takes never BROKEN; a writer writes nothing past the farthest reach it has put
  *     with; a reader that armed and then finds bytes waiting had its bell rung; a reader that disarmed, until it
- *     arms again, has its bell rung by no put; a writer that got FULL has its bell rung by the reader's next done;
+ *     arms again, has its bell rung by no put; a writer that got FULL has its bell rung by the reader's next done,
+ *     or before it by a take that gave room back;
  *   - always: an arm rings nothing, whether the side's bell's description blocks or not; no operation blocks (a 10 s timer per input aborts, rather than libFuzzer's
  *     timeout after 20 minutes).
  * Out-of-bounds accesses are AddressSanitizer's; everything is freed at the end of each input (LeakSanitizer).
@@ -86,7 +87,8 @@ typedef struct {
     uint32_t streak;       /* takes that found something since anyone else last wrote */
     bool idle;             /* armed, found nothing, not taken since */
     bool looking;          /* disarmed, not armed since: the peer's puts ring no bell */
-    bool full;             /* a put got FULL: the peer's next done rings this side's bell */
+    bool full;             /* a put got FULL: the peer's next done rings this side's bell, unless a take of the
+                            * peer's that gave room back rang it first */
     uint64_t banked;       /* rings counted off this side's bell since it armed (rings for room as well) */
     uint64_t bell_seen;    /* its bell's rings when last counted */
     uint32_t reach_most;   /* the farthest reach its writer has put with: nothing is written past it */
@@ -312,7 +314,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (trace) fprintf(stderr, "%s: take %u\n", self == client ? "client" : "service", a);
             /* Until EMPTY: a record at least each time, bounded by the streak check inside. */
             for (d = 0; !self->broken && (a == 0 || d < a); d++) {
-                if (!take(self, hostile, trace)) break;
+                /* A take that gives the room of those before it back rings a writer that got FULL on the way. */
+                if (peer->full) peer->banked += bell_read(peer);
+                bool took = take(self, hostile, trace);
+                if (peer->full && !peer->broken) {
+                    uint64_t rung = bell_read(peer);
+                    peer->banked += rung;
+                    if (rung > 0) peer->full = false;
+                }
+                if (!took) break;
             }
             break;
         case 4: /* done */

@@ -64,7 +64,8 @@
  *   fork_during_check_in     100 children forked while another thread checks a name in and withdraws it over and
  *                            over: none holds the name's lock once its fork handler ran, the check-ins succeed
  *   ring_bells               a shared-memory ring's wake-ups step by step: one ring per pass for an armed
- *                            reader, the reader's done rings a writer that found no room, a pad alone rings; a
+ *                            reader, a writer that found no room is rung once its room goes back (on the way
+ *                            through a long pass, or at its end), a pad alone rings; a
  *                            bell (an eventfd) is never read, its counter stays at one however often rung
  *   ring_shared_take         a packet taken in place stays the reader's: a writer filling every room it sees never
  *                            writes over it, though the room of those taken before goes back on the way
@@ -2994,6 +2995,21 @@ static void scenario_ring_bells(void) {
     pl_ring_done_reading(p.client);
     CHECK(ring_bell_rings(&p, p.service) == 1); /* it waited for room */
     while (pl_ring_take(p.client, out, &length, &reason) != PL_RING_EMPTY) {}
+    pl_ring_done_reading(p.client);
+    CHECK(ring_bell_rings(&p, p.service) == 0); /* it did not wait again */
+    ring_pair_close(&p);
+
+    /* A writer that found no room is rung on the way through a long pass, once the room of the packets taken before
+     * goes back (at the next take), not only when the pass ends: it fills the ring again while the reader reads on. */
+    ring_pair_open(&p);
+    seq = 1;
+    while (ring_put(p.service, seq, PL_WIRE_MAX_FRAME) == PL_RING_PUT) seq++;
+    CHECK(pl_ring_take(p.client, out, &length, &reason) == PL_RING_PACKET);
+    CHECK(ring_bell_rings(&p, p.service) == 0); /* the packet's room is still the reader's */
+    CHECK(pl_ring_take(p.client, out, &length, &reason) == PL_RING_PACKET);
+    CHECK(ring_bell_rings(&p, p.service) == 1);
+    CHECK(ring_put(p.service, seq++, PL_WIRE_MAX_FRAME) == PL_RING_PUT);
+    while (pl_ring_take(p.client, out, &length, &reason) == PL_RING_PACKET) {}
     pl_ring_done_reading(p.client);
     CHECK(ring_bell_rings(&p, p.service) == 0); /* it did not wait again */
     ring_pair_close(&p);
