@@ -327,17 +327,11 @@ static pl_ring_take_result_t pl_conn_ring_take_packet(pl_conn_t *conn, uint8_t *
     const uint8_t *shared = NULL;
     pl_ring_take_result_t took = pl_ring_take_shared(conn->ring, &shared, length, reason);
     if (took != PL_RING_PACKET) return took;
-    size_t copied = *length;
-    if (*length > PL_WIRE_FRAGMENT_HEAD + PL_INLINE_PAYLOAD) {
-        memcpy(buffer, shared, PL_WIRE_FRAGMENT_HEAD);
-        copied = PL_WIRE_FRAGMENT_HEAD;
-        if (pl_wire_plain_message_head(buffer, *length)) {
-            conn->rx_bytes_in_ring = shared + PL_WIRE_FRAGMENT_HEAD;
-        } else {
-            memcpy(buffer + copied, shared + copied, *length - copied);
-        }
-    } else {
-        memcpy(buffer, shared, copied);
+    size_t head = *length > PL_WIRE_FRAGMENT_HEAD + PL_INLINE_PAYLOAD ? PL_WIRE_FRAGMENT_HEAD : *length;
+    memcpy(buffer, shared, head);
+    if (head < *length) {
+        if (pl_wire_plain_message_head(buffer, *length)) conn->rx_bytes_in_ring = shared + head;
+        else memcpy(buffer + head, shared + head, *length - head);
     }
     conn->packets_read++;
     bool handled = pl_conn_receive_packet(conn, buffer, *length, NULL, 0, reason);
