@@ -69,6 +69,9 @@
  *                            bell (an eventfd) is never read, its counter stays at one however often rung
  *   ring_shared_take         a packet taken in place stays the reader's: a writer filling every room it sees never
  *                            writes over it, though the room of those taken before goes back on the way
+ *   ring_streamed_copy       a record's bytes copied into the ring with streaming stores, at every alignment of its
+ *                            head and body (ends in the middle of a cache line, bodies just under and over the size
+ *                            from which they stream): each taken intact, and nothing written past its end
  *   ring_hostile             each rule a peer can break in the shared memory gives BROKEN or CORRUPT; what is
  *                            not a ring's memfd (or one sealed against writing), or not an eventfd for a bell (a
  *                            pipe, file, FIFO, socket, timerfd, epoll set), or a second bell, is refused
@@ -3087,6 +3090,44 @@ static void scenario_ring_shared_take(void) {
         CHECK(took == PL_RING_EMPTY && taken == put);
         pl_ring_done_reading(p.client);
     }
+    ring_pair_close(&p);
+}
+
+/* ---- ring_streamed_copy -------------------------------------------------------------------------------- */
+/* The writer copies a record's larger parts with streaming stores, whole cache lines, and the partial lines at
+ * either end as usual (pl_ring.c). Records whose heads (0 to 71 bytes) put their bodies at every offset in a line,
+ * with bodies from under the streaming size to a few lines over, and around 4 KiB: each arrives intact, and the
+ * bytes after it, up to where the next record begins, keep what was there (a copy that rounded up to whole lines
+ * would write them). */
+static void scenario_ring_streamed_copy(void) {
+    ring_pair_t p;
+    ring_pair_open(&p);
+    static uint8_t out[PL_WIRE_MAX_FRAME];
+    uint8_t *records = p.view + RING_RECORDS(1);
+    const char *reason = NULL;
+    uint32_t bodies[] = { 200, 255, 256, 257, 319, 320, 383, 4031, 4096, 4159, 65000 };
+    uint32_t seq = 1, records_put = 0;
+    for (uint32_t head = 0; head < 72; head++) {
+        for (size_t b = 0; b < sizeof bodies / sizeof bodies[0]; b++) {
+            const uint8_t *bytes = ring_content(seq);
+            uint32_t length = head + bodies[b], need = PL_RING_RECORD_HEADER + ((length + 7u) & ~7u);
+            uint32_t at = *ring_word(&p, RING_TAIL(1)) % PL_RING_BYTES;
+            if (at + need > PL_RING_BYTES) at = 0; /* after a pad to the end (the reach is the whole ring) */
+            uint32_t end = at + need; /* where the next record begins */
+            memset(records + at, 0xA5, need);
+            CHECK(pl_ring_put(p.service, bytes, head, bytes + head, bodies[b], false) == PL_RING_PUT);
+            bool after_kept = true;
+            for (uint32_t i = at + PL_RING_RECORD_HEADER + length; i < end; i++) after_kept &= records[i] == 0xA5;
+            CHECK(after_kept);
+            size_t taken = 0;
+            CHECK(pl_ring_take(p.client, out, &taken, &reason) == PL_RING_PACKET && taken == length &&
+                  memcmp(out, bytes, length) == 0);
+            pl_ring_done_reading(p.client);
+            seq++;
+            records_put++;
+        }
+    }
+    CHECK(records_put == 72 * sizeof bodies / sizeof bodies[0]);
     ring_pair_close(&p);
 }
 
@@ -6479,6 +6520,7 @@ int main(int argc, char **argv) {
         { "look_up_abandoned", scenario_look_up_abandoned },
         { "look_up_meets_death", scenario_look_up_meets_death },
         { "ring_bells", scenario_ring_bells },
+        { "ring_streamed_copy", scenario_ring_streamed_copy },
         { "ring_reach", scenario_ring_reach },
         { "ring_shared_take", scenario_ring_shared_take },
         { "ring_hostile", scenario_ring_hostile },
