@@ -39,51 +39,50 @@ struct CrossProcessSpinTests {
 
     @Test("into a polling loop, several processes' messages and descriptors arrive once each, in each sender's order")
     func orderIntoAPollingLoop() throws {
-        let saved = PortNamespace.sharedRings
-        defer { PortNamespace.sharedRings = saved }
-        PortNamespace.sharedRings = .whenBusy
-        let space = TemporaryNamespace()
-        let next = Locked<[String: Int]>([:])
-        let problems = Locked<[String]>([])
-        let received = Locked(0)
-        // Every third message carries a descriptor: its packet goes on the socket behind a mark in the ring, which
-        // the polling loop's look at its poller finds.
-        let source = RunLoopPortSource(port: try space.namespace.checkIn("polled", queueLimit: 256)) { message in
-            let parts = String(decoding: message.payload, as: UTF8.self).split(separator: " ")
-            let sender = parts.count == 3 ? "\(parts[0]) \(parts[1])" : "?", seq = parts.count == 3 ? Int(parts[2]) ?? -1 : -1
-            let descriptors = message.attachments.compactMap { attachment -> Int32? in
-                if case let .fileDescriptor(descriptor) = attachment { return descriptor.take() }
+        try withSharedRings(.whenBusy) {
+            let space = TemporaryNamespace()
+            let next = Locked<[String: Int]>([:])
+            let problems = Locked<[String]>([])
+            let received = Locked(0)
+            // Every third message carries a descriptor: its packet goes on the socket behind a mark in the ring, which
+            // the polling loop's look at its poller finds.
+            let source = RunLoopPortSource(port: try space.namespace.checkIn("polled", queueLimit: 256)) { message in
+                let parts = String(decoding: message.payload, as: UTF8.self).split(separator: " ")
+                let sender = parts.count == 3 ? "\(parts[0]) \(parts[1])" : "?"
+                let seq = parts.count == 3 ? Int(parts[2]) ?? -1 : -1
+                let descriptors = message.attachments.compactMap { attachment -> Int32? in
+                    if case let .fileDescriptor(descriptor) = attachment { return descriptor.take() }
+                    return nil
+                }
+                descriptors.forEach { close($0) }
+                next.withLock { next in
+                    let due = next[sender, default: 0]
+                    if seq != due { problems.withLock { $0.append("\(sender): \(seq) came when \(due) was due") } }
+                    if descriptors.count != (seq % 3 == 0 ? 1 : 0) {
+                        problems.withLock { $0.append("\(sender): message \(seq) carried \(descriptors.count) fds") }
+                    }
+                    next[sender] = seq + 1
+                }
+                received.withLock { $0 += 1 }
                 return nil
             }
-            descriptors.forEach { close($0) }
-            next.withLock { next in
-                if seq != next[sender, default: 0] {
-                    problems.withLock { $0.append("\(sender): \(seq) came when \(next[sender, default: 0]) was due") }
-                }
-                if descriptors.count != (seq % 3 == 0 ? 1 : 0) {
-                    problems.withLock { $0.append("\(sender): message \(seq) carried \(descriptors.count) descriptors") }
-                }
-                next[sender] = seq + 1
+            let thread = try RunLoopThread(name: "ipc-polling")
+            defer { thread.stop() }
+            thread.loop.spinBeforeSleeping = .milliseconds(1)
+            try thread.loop.add(source, mode: .default)
+            let clients = try (0..<2).map { _ in
+                try Peer(["client", space.path, "polled", "3", "2000", "--fds", "--stay"],
+                         environment: ["PORTLOOP_SHARED_RINGS": "always"])
             }
-            received.withLock { $0 += 1 }
-            return nil
-        }
-        let thread = try RunLoopThread(name: "ipc-polling")
-        defer { thread.stop() }
-        thread.loop.spinBeforeSleeping = .milliseconds(1)
-        try thread.loop.add(source, mode: .default)
-        let clients = try (0..<2).map { _ in
-            try Peer(["client", space.path, "polled", "3", "2000", "--fds", "--stay"],
-                     environment: ["PORTLOOP_SHARED_RINGS": "always"])
-        }
-        defer { clients.forEach { $0.kill() } }
-        #expect(eventually(within: 60) { received.current == 12_000 }, "\(received.current) of 12000 arrived")
-        #expect(problems.current.isEmpty, "\(problems.current.prefix(5))")
-        #expect(next.current.count == 6 && next.current.values.allSatisfy { $0 == 2000 })
-        for client in clients {
-            #expect(client.line(startingWith: "rings") == "rings 1")
-            client.tell("exit")
-            #expect(client.finish() == 0)
+            defer { clients.forEach { $0.kill() } }
+            #expect(eventually(within: 60) { received.current == 12_000 }, "\(received.current) of 12000 arrived")
+            #expect(problems.current.isEmpty, "\(problems.current.prefix(5))")
+            #expect(next.current.count == 6 && next.current.values.allSatisfy { $0 == 2000 })
+            for client in clients {
+                #expect(client.line(startingWith: "rings") == "rings 1")
+                client.tell("exit")
+                #expect(client.finish() == 0)
+            }
         }
     }
 }

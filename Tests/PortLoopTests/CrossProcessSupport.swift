@@ -221,3 +221,11 @@ func listeningSocket(at path: String) throws -> Int32 {
     }
     return fd
 }
+
+/// Runs `body` with this process's shared-ring policy set to `policy`, and puts the one before back afterwards.
+func withSharedRings<T>(_ policy: SharedRingPolicy, _ body: () throws -> T) rethrows -> T {
+    let saved = PortNamespace.sharedRings
+    defer { PortNamespace.sharedRings = saved }
+    PortNamespace.sharedRings = policy
+    return try body()
+}
