@@ -15,6 +15,49 @@
  * reuse when there is one: pl_payload_cache.c). */
 #define PL_INLINE_PAYLOAD PL_INLINE_PAYLOAD_SIZE
 
+/* ---- copies into memory another core reads next (pl_copy.c) ---- */
+
+#define PL_COPY_STREAM_MIN 256u           /* shorter copies are always ordinary */
+#define PL_COPY_CLASSES 7u                /* size classes by powers of four: from 256 B, 1 KiB, …, 1 MiB and up */
+#define PL_COPY_WINDOW 4u                 /* a way's cost: the least of its last this many timed copies */
+#define PL_COPY_TIME_EVERY 16u            /* one copy in this many is timed … */
+#define PL_COPY_TIME_ALL_FROM 65536u      /* … and every one from this size, where timing costs nothing that shows */
+#define PL_COPY_PROBE_EVERY 64u           /* one timed copy in this many goes the other way */
+
+typedef struct pl_copy_class {
+    uint32_t cost[2][PL_COPY_WINDOW]; /* TSC ticks per KiB of timed copies: [0] ordinary, [1] streaming; 0: none */
+    uint8_t next[2];                  /* where each way's next cost goes */
+    bool streaming;                   /* the way in use */
+    uint32_t untimed;                 /* copies since the last timed one */
+    uint32_t since_probe;             /* timed copies since the other way was tried */
+} pl_copy_class_t;
+
+/* One writer's copier (zeroed to start: ordinary stores until it has timed both ways). */
+typedef struct pl_copier {
+    pl_copy_class_t classes[PL_COPY_CLASSES];
+} pl_copier_t;
+
+/* What the next copy of a size does. */
+typedef struct pl_copy_plan {
+    bool streaming; /* with streaming stores */
+    bool timed;     /* timed, its cost noted */
+} pl_copy_plan_t;
+
+/* memcpy into memory that another core reads next, with ordinary or streaming stores (x86-64), whichever this
+ * copier measured to be cheaper for the size; a streaming copy ends with a store fence, so a release store after
+ * it publishes every byte. Elsewhere a memcpy. */
+void pl_copier_copy(pl_copier_t *copier, void *to, const void *from, size_t length);
+/* This thread's copier, for payloads it copies into memory of their own (a kept buffer that a receiver read last). */
+pl_copier_t *pl_thread_copier(void);
+/* A copy with streaming stores (on x86-64, from PL_COPY_STREAM_MIN bytes, ending with a store fence) or ordinary. */
+void pl_copy_with(void *to, const void *from, size_t length, bool streaming);
+/* The plan for the next copy of `length` bytes, counted as made (pl_copier_copy's first step; for tests). */
+pl_copy_plan_t pl_copier_plan(pl_copier_t *copier, size_t length);
+/* Notes a timed copy's cost (pl_copier_copy's last step; for tests). */
+void pl_copier_note(pl_copier_t *copier, size_t length, bool streaming, uint64_t ticks);
+/* Whether copies of `length` bytes now stream, apart from the other way's tries (for tests). */
+bool pl_copier_streams(const pl_copier_t *copier, size_t length);
+
 /* ---- payload memory kept for reuse (pl_payload_cache.c) ---- */
 
 #define PL_PAYLOAD_CACHE_MIN 65536u         /* large buffers: from this size up */

@@ -279,7 +279,8 @@ static bool pl_slot_fill(pl_slot_t *slot, int32_t id, const void *payload, size_
     if (size > PL_INLINE_PAYLOAD) {
         slot->payload.heap = pl_payload_cache_take(size);
         if (slot->payload.heap == NULL) return false;
-        memcpy(slot->payload.heap, payload, size);
+        /* Into a kept buffer that the receiver, on another thread, read last: see pl_copy.c. */
+        pl_copier_copy(pl_thread_copier(), slot->payload.heap, payload, size);
     } else if (size > 0) {
         memcpy(slot->payload.bytes, payload, size);
     }

@@ -30,9 +30,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 #define PL_RING_MAGIC 0x474e5252u /* "RRNG" */
 #define PL_RING_LAYOUT 1u
@@ -72,6 +69,7 @@ struct pl_ring {
     uint32_t out_tail;        /* what this side has put: the authority (the shared tail is a copy) */
     uint32_t out_head_seen;   /* the reader's head as last read: reread only when room seems short */
     uint32_t out_reach;       /* where this side's writer wraps (pl_ring_set_reach) */
+    pl_copier_t out_copier;   /* how this side's writer copies records in: ordinary or streaming stores */
     uint32_t in_head;         /* what this side has taken: the authority */
     uint32_t in_head_shared;  /* the head last stored where the writer sees it */
     uint32_t in_tail_seen;    /* the writer's tail as last read: reread only once this side has taken up to it */
@@ -314,37 +312,6 @@ static int pl_ring_room(pl_ring_t *ring, uint32_t bytes) {
     return 0;
 }
 
-/* From this many bytes, a record's bytes go into the ring with streaming stores (pl_ring_copy_in). */
-#define PL_RING_STREAM_FROM 256u
-
-/* Copies a record's bytes into the ring. The reader runs on another core, and when that core sits on another
- * chiplet or socket than this one (which the host, not this process, decides), an ordinary copy must first take
- * each line back from the reader's cache, which read it a lap ago: 4 KiB then took 2 µs, most of a message's
- * cost. Streaming (non-temporal) stores write whole lines without taking them: a ring alone then carried 4 KiB
- * records six times as fast, and any size from 256 bytes on faster. The partial lines at either end are copied as
- * usual; the fence orders the streamed lines before the tail that publishes them (a release store does not). */
-static void pl_ring_copy_in(uint8_t *to, const uint8_t *from, size_t length) {
-#if defined(__x86_64__)
-    if (length >= PL_RING_STREAM_FROM) {
-        size_t lead = (64u - ((uintptr_t)to & 63u)) & 63u;
-        memcpy(to, from, lead);
-        to += lead;
-        from += lead;
-        length -= lead;
-        for (; length >= 64; to += 64, from += 64, length -= 64) {
-            __m128i a = _mm_loadu_si128((const __m128i *)from), b = _mm_loadu_si128((const __m128i *)(from + 16));
-            __m128i c = _mm_loadu_si128((const __m128i *)(from + 32)), d = _mm_loadu_si128((const __m128i *)(from + 48));
-            _mm_stream_si128((__m128i *)to, a);
-            _mm_stream_si128((__m128i *)(to + 16), b);
-            _mm_stream_si128((__m128i *)(to + 32), c);
-            _mm_stream_si128((__m128i *)(to + 48), d);
-        }
-        _mm_sfence();
-    }
-#endif
-    memcpy(to, from, length);
-}
-
 static void pl_ring_write_header(uint8_t *at, uint32_t length, uint16_t kind) {
     uint8_t header[PL_RING_RECORD_HEADER] = {
         (uint8_t)length, (uint8_t)(length >> 8), (uint8_t)(length >> 16), (uint8_t)(length >> 24),
@@ -379,8 +346,9 @@ static pl_ring_put_result_t pl_ring_put_record(pl_ring_t *ring, const uint8_t *h
     if (room > 0) {
         uint8_t *record = ring->out_data + at;
         pl_ring_write_header(record, length, mark ? PL_RECORD_MARK : PL_RECORD_PACKET);
-        if (head_length > 0 && !mark) pl_ring_copy_in(record + PL_RING_RECORD_HEADER, head, head_length);
-        if (body_length > 0 && !mark) pl_ring_copy_in(record + PL_RING_RECORD_HEADER + head_length, body, body_length);
+        uint8_t *bytes = record + PL_RING_RECORD_HEADER;
+        if (head_length > 0 && !mark) pl_copier_copy(&ring->out_copier, bytes, head, head_length);
+        if (body_length > 0 && !mark) pl_copier_copy(&ring->out_copier, bytes + head_length, body, body_length);
         ring->out_tail += need;
     }
     /* Published with the pad, if only the pad went in (the reader skips it meanwhile). */

@@ -69,9 +69,15 @@
  *                            bell (an eventfd) is never read, its counter stays at one however often rung
  *   ring_shared_take         a packet taken in place stays the reader's: a writer filling every room it sees never
  *                            writes over it, though the room of those taken before goes back on the way
- *   ring_streamed_copy       a record's bytes copied into the ring with streaming stores, at every alignment of its
+ *   copy_both_ways           a copy with streaming stores and an ordinary one, at every offset of its start in a
+ *                            cache line and lengths just under and over the size from which copies may stream, up
+ *                            to past a MiB: the bytes arrive intact, none before or after is written
+ *   copier_chooses           a copier, given costs as if it had timed them, copies the cheaper way for each size
+ *                            class, tries the other way once every so many timed copies, and turns round when the
+ *                            costs do (the least of a way's last few counts, so one long copy does not)
+ *   ring_copied_in           a record's bytes copied into the ring by its writer's copier, at every alignment of its
  *                            head and body (ends in the middle of a cache line, bodies just under and over the size
- *                            from which they stream): each taken intact, and nothing written past its end
+ *                            from which they may stream): each taken intact, and nothing written past its end
  *   ring_hostile             each rule a peer can break in the shared memory gives BROKEN or CORRUPT; what is
  *                            not a ring's memfd (or one sealed against writing), or not an eventfd for a bell (a
  *                            pipe, file, FIFO, socket, timerfd, epoll set), or a second bell, is refused
@@ -3093,13 +3099,123 @@ static void scenario_ring_shared_take(void) {
     ring_pair_close(&p);
 }
 
-/* ---- ring_streamed_copy -------------------------------------------------------------------------------- */
-/* The writer copies a record's larger parts with streaming stores, whole cache lines, and the partial lines at
- * either end as usual (pl_ring.c). Records whose heads (0 to 71 bytes) put their bodies at every offset in a line,
- * with bodies from under the streaming size to a few lines over, and around 4 KiB: each arrives intact, and the
- * bytes after it, up to where the next record begins, keep what was there (a copy that rounded up to whole lines
- * would write them). */
-static void scenario_ring_streamed_copy(void) {
+/* ---- copy_both_ways ------------------------------------------------------------------------------------ */
+/* A streaming copy writes whole cache lines with streaming stores and the partial lines at either end as usual
+ * (pl_copy.c). Both ways, at every offset of the destination in a line and a few of the source: the bytes arrive, and
+ * those just before and after the destination keep what was there (a copy that rounded to whole lines would not). */
+static void scenario_copy_both_ways(void) {
+    enum { EDGE = 80 };
+    static const size_t lengths[] = { 1, 63, 200, 255, 256, 257, 319, 320, 383, 1000, 4031, 4096, 4159, 65000,
+                                      300001, 1100000 };
+    size_t largest = lengths[sizeof lengths / sizeof lengths[0] - 1];
+    uint8_t *from = malloc(largest + 16), *to = malloc(EDGE + 128 + largest + EDGE);
+    CHECK(from != NULL && to != NULL);
+    for (size_t i = 0; i < largest + 16; i++) from[i] = (uint8_t)(i * 131u + 7u);
+    uint32_t copies = 0;
+    for (int streaming = 0; streaming < 2; streaming++) {
+        for (size_t l = 0; l < sizeof lengths / sizeof lengths[0]; l++) {
+            size_t length = lengths[l];
+            for (uint32_t offset = 0; offset < 64; offset++) {
+                if (length > 65536 && offset % 21 != 0) continue; /* the largest at four: their middles are alike */
+                uint8_t *line = (uint8_t *)(((uintptr_t)to + EDGE + 63) & ~(uintptr_t)63);
+                uint8_t *dest = line + offset;
+                const uint8_t *source = from + offset % 16;
+                memset(dest - EDGE, 0xA5, EDGE + length + EDGE);
+                pl_copy_with(dest, source, length, streaming != 0);
+                CHECK(memcmp(dest, source, length) == 0);
+                bool edges_kept = true;
+                for (size_t i = 1; i <= EDGE; i++) {
+                    edges_kept &= dest[-(ptrdiff_t)i] == 0xA5 && dest[length + i - 1] == 0xA5;
+                }
+                CHECK(edges_kept);
+                copies++;
+            }
+        }
+    }
+    CHECK(copies == 2 * (14 * 64 + 2 * 4)); /* both ways: 64 offsets for fourteen lengths, four for the two largest */
+    free(from);
+    free(to);
+}
+
+/* ---- copier_chooses ------------------------------------------------------------------------------------ */
+/* A copier's choice, fed costs in place of its own timings (pl_copier_plan and pl_copier_note are the two halves of
+ * pl_copier_copy): it tries both ways first, then copies the cheaper way per size class, times one copy in
+ * PL_COPY_TIME_EVERY (every one from PL_COPY_TIME_ALL_FROM), tries the other way once every PL_COPY_PROBE_EVERY timed
+ * copies, and turns round only when a way's least recent cost does. */
+
+/* Makes `copies` copies of `length` bytes by plan, noting `ordinary` or `streamed` ticks for the timed ones; counts
+ * the plans that streamed and those timed. */
+static void copier_run(pl_copier_t *c, size_t length, uint32_t copies, uint64_t ordinary, uint64_t streamed,
+                       uint32_t *streams, uint32_t *timed) {
+    *streams = *timed = 0;
+    for (uint32_t i = 0; i < copies; i++) {
+        pl_copy_plan_t plan = pl_copier_plan(c, length);
+        *streams += plan.streaming;
+        *timed += plan.timed;
+        if (plan.timed) pl_copier_note(c, length, plan.streaming, plan.streaming ? streamed : ordinary);
+    }
+}
+
+static void scenario_copier_chooses(void) {
+    pl_copier_t c;
+    memset(&c, 0, sizeof c);
+    uint32_t streams, timed;
+    /* Short copies never stream nor are timed. */
+    copier_run(&c, PL_COPY_STREAM_MIN - 1, 100, 1, 1, &streams, &timed);
+    CHECK(streams == 0 && timed == 0 && !pl_copier_streams(&c, PL_COPY_STREAM_MIN - 1));
+#if defined(__x86_64__)
+    /* 4 KiB, ordinary cheaper: the first copy tries streaming, the second ordinary, then ordinary throughout but for
+     * one try of streaming every PL_COPY_PROBE_EVERY timed copies, and one copy in PL_COPY_TIME_EVERY timed. */
+    uint32_t copies = 2 + PL_COPY_TIME_EVERY * PL_COPY_PROBE_EVERY * 4;
+    copier_run(&c, 4096, copies, 1000, 3000, &streams, &timed);
+    CHECK(!pl_copier_streams(&c, 4096));
+    CHECK(streams == 1 + 4 && timed == 2 + PL_COPY_PROBE_EVERY * 4);
+    /* Ordinary copies turn slow (the reader moved to another chiplet): after the last of its cheap counts has gone
+     * from the window, streaming. One long copy alone (an interrupt) turns nothing. */
+    pl_copier_note(&c, 4096, false, 1000000);
+    CHECK(!pl_copier_streams(&c, 4096));
+    for (uint32_t i = 1; i < PL_COPY_WINDOW; i++) pl_copier_note(&c, 4096, false, 9000);
+    CHECK(pl_copier_streams(&c, 4096));
+    /* Another class has learnt nothing from it: 64 KiB still starts by trying both ways, each copy timed. */
+    CHECK(!pl_copier_streams(&c, 65536));
+    copier_run(&c, 65536, 2, 1000, 3000, &streams, &timed);
+    CHECK(streams == 1 && timed == 2 && !pl_copier_streams(&c, 65536));
+    copier_run(&c, 65536, PL_COPY_PROBE_EVERY * 2, 1000, 3000, &streams, &timed);
+    CHECK(streams == 2 && timed == PL_COPY_PROBE_EVERY * 2);
+    /* 4 KiB streaming now, ordinary cheap again: found at the next try of ordinary, and kept. */
+    copier_run(&c, 4096, PL_COPY_TIME_EVERY * PL_COPY_PROBE_EVERY, 1000, 3000, &streams, &timed);
+    CHECK(!pl_copier_streams(&c, 4096));
+    CHECK(streams < PL_COPY_TIME_EVERY * PL_COPY_PROBE_EVERY);
+    copier_run(&c, 4096, PL_COPY_TIME_EVERY * PL_COPY_PROBE_EVERY, 1000, 3000, &streams, &timed);
+    CHECK(streams == 1 && !pl_copier_streams(&c, 4096));
+    /* Sizes share a class by powers of four: 1 KiB to just under 4 KiB with each other, not with 4 KiB. */
+    CHECK(!pl_copier_streams(&c, 1024));
+    for (uint32_t i = 0; i < PL_COPY_WINDOW; i++) {
+        pl_copier_note(&c, 1024, false, 9000);
+        pl_copier_note(&c, 4095, true, 1000);
+    }
+    CHECK(pl_copier_streams(&c, 1024) && pl_copier_streams(&c, 4095) && !pl_copier_streams(&c, 4096));
+    /* A real copy (timed or not) either way, through pl_copier_copy: the bytes arrive. */
+    static uint8_t from[8192], to[8192];
+    for (size_t i = 0; i < sizeof from; i++) from[i] = (uint8_t)(i * 7u);
+    for (uint32_t i = 0; i < 3 * PL_COPY_TIME_EVERY; i++) {
+        memset(to, 0, sizeof to);
+        pl_copier_copy(&c, to, from, 3000 + i);
+        CHECK(memcmp(to, from, 3000 + i) == 0 && to[3000 + i] == 0);
+    }
+#else
+    /* Elsewhere a copier never streams. */
+    copier_run(&c, 4096, 100, 9000, 1, &streams, &timed);
+    CHECK(streams == 0 && timed == 0);
+#endif
+}
+
+/* ---- ring_copied_in ------------------------------------------------------------------------------------ */
+/* The writer copies a record's parts with its copier, which may stream the larger ones (pl_copy.c). Records whose
+ * heads (0 to 71 bytes) put their bodies at every offset in a line, with bodies from under the streaming size to a
+ * few lines over, and around 4 KiB: each arrives intact, and the bytes after it, up to where the next record begins,
+ * keep what was there (a copy that rounded up to whole lines would write them). */
+static void scenario_ring_copied_in(void) {
     ring_pair_t p;
     ring_pair_open(&p);
     static uint8_t out[PL_WIRE_MAX_FRAME];
@@ -6520,7 +6636,9 @@ int main(int argc, char **argv) {
         { "look_up_abandoned", scenario_look_up_abandoned },
         { "look_up_meets_death", scenario_look_up_meets_death },
         { "ring_bells", scenario_ring_bells },
-        { "ring_streamed_copy", scenario_ring_streamed_copy },
+        { "copy_both_ways", scenario_copy_both_ways },
+        { "copier_chooses", scenario_copier_chooses },
+        { "ring_copied_in", scenario_ring_copied_in },
         { "ring_reach", scenario_ring_reach },
         { "ring_shared_take", scenario_ring_shared_take },
         { "ring_hostile", scenario_ring_hostile },
