@@ -258,7 +258,7 @@ static bool pl_receive_message(pl_conn_t *conn, const pl_wire_frame_t *frame, in
     /* A fragment read straight into the buffer (pl_conn_read_socket) is there already: it continues the message,
      * so its bytes start where the read put them. */
     uint8_t *to = conn->rx.bytes + m->offset;
-    if (m->byte_count > 0 && to != conn->rx.in_place) pl_copier_copy(pl_thread_copier(), to, bytes, m->byte_count);
+    if (m->byte_count > 0 && to != conn->rx.in_place) memcpy(to, bytes, m->byte_count);
     conn->rx.received = m->offset + m->byte_count;
     if (m->credit_count > 0) pl_proxy_credit(conn, m->credit_handle, m->credit_count);
     if (more) return true;

@@ -1,6 +1,6 @@
 /*
- * pl_copy.c — copies into memory that another core reads next: ordinary or streaming stores, whichever this
- * writer measures to be cheaper.
+ * pl_copy.c — copies into memory that another core reads next: ordinary or streaming stores, as this writer's
+ * measurements say.
  *
  * A ring's record or a local message's payload is written by one core and read by another, and the lines it goes
  * into were last read by that other core (the ring laps, the payload cache hands the same buffers out again). An
@@ -8,11 +8,17 @@
  * cheap, and the reader then finds the bytes in that shared cache. Between chiplets or sockets (where a host may
  * put a virtual machine's CPUs, and may move them at any time) it is not: a 4 KiB copy took its writer about 2 µs.
  * Streaming (non-temporal) stores write whole lines to memory without taking them, which is several times faster
- * there and two to three times slower between cores that share a cache. Which case holds is the host's business
- * and changes while a process runs, so a copier measures: it times some of its copies with the CPU's timestamp
- * counter, keeps each way's cost per KiB for each size class (the least of its last few timed copies, since being
- * interrupted only adds time), copies the cheaper way, and now and then tries the other way to see whether that
- * changed.
+ * there and about three times slower between cores that share a cache. Which case holds is the host's business and
+ * changes while a process runs, so a copier measures.
+ *
+ * It copies in *epochs*, runs of one way long enough for the lines to settle into what that way leaves them in (a
+ * line written by ordinary stores and read since may still be in the writer's cache; one written by streaming
+ * stores is not), so a copy of one way among copies of the other would measure the wrong thing. In each epoch's
+ * second half some copies are timed with the CPU's timestamp counter, and the median of their costs per KiB is the
+ * way's cost (an interrupted copy only takes longer). The copier keeps to the cheaper way and tries the other for
+ * one epoch now and then: soon after a change, then half as often each time the try confirms the choice; and at
+ * once when the way it keeps to costs more than the other did when last tried.
+
  *
  * A copier belongs to one writer at a time (a ring's writer, a thread): it is not synchronised.
  */
@@ -32,14 +38,43 @@ static uint32_t pl_copy_class_of(size_t length) {
     return class;
 }
 
-/* A way's cost: the least of its timed copies kept, 0 when it has none. */
-static uint32_t pl_copy_cost(const pl_copy_class_t *c, int way) {
-    uint32_t least = 0;
-    for (uint32_t i = 0; i < PL_COPY_WINDOW; i++) {
-        uint32_t cost = c->cost[way][i];
-        if (cost != 0 && (least == 0 || cost < least)) least = cost;
+uint32_t pl_copy_epoch_copies(size_t length) {
+    size_t least = (size_t)PL_COPY_STREAM_MIN << (2 * pl_copy_class_of(length)); /* the class's smallest copy */
+    size_t copies = PL_COPY_EPOCH_BYTES / least;
+    return copies < PL_COPY_EPOCH_MIN_COPIES ? PL_COPY_EPOCH_MIN_COPIES : (uint32_t)copies;
+}
+
+/* The median of an epoch's samples (sorted in place; a few dozen at most). */
+static uint32_t pl_copy_median(uint32_t *samples, uint32_t count) {
+    for (uint32_t i = 1; i < count; i++) {
+        uint32_t v = samples[i], j = i;
+        for (; j > 0 && samples[j - 1] > v; j--) samples[j] = samples[j - 1];
+        samples[j] = v;
     }
-    return least;
+    return samples[count / 2];
+}
+
+/* Ends an epoch: its way's cost noted, and the next epoch's way chosen. */
+static void pl_copy_end_epoch(pl_copy_class_t *c) {
+    int tried = c->streaming, kept = c->chosen_streaming;
+    if (c->sample_count > 0) c->cost[tried] = pl_copy_median(c->samples, c->sample_count);
+    c->copies = c->sample_count = 0;
+    uint64_t mine = c->cost[kept], other = c->cost[!kept];
+    if (tried != kept) {
+        /* A try of the other way: it wins by a tenth, or the choice stands and is tried half as often. */
+        if (other != 0 && mine != 0 && other * 10 < mine * 9) {
+            c->chosen_streaming = !kept;
+            c->explore_every = PL_COPY_EXPLORE_FIRST;
+        } else if (c->explore_every < PL_COPY_EXPLORE_MOST) {
+            c->explore_every = c->explore_every == 0 ? PL_COPY_EXPLORE_FIRST : c->explore_every * 2;
+        }
+        c->epochs_left = c->explore_every;
+    } else if (other == 0 || mine * 9 > other * 10) {
+        c->epochs_left = 0; /* never tried, or dearer now than the other was: try it next */
+    } else if (c->epochs_left > 0) {
+        c->epochs_left--;
+    }
+    c->streaming = c->epochs_left == 0 ? !c->chosen_streaming : c->chosen_streaming;
 }
 
 pl_copy_plan_t pl_copier_plan(pl_copier_t *copier, size_t length) {
@@ -47,16 +82,12 @@ pl_copy_plan_t pl_copier_plan(pl_copier_t *copier, size_t length) {
 #if defined(__x86_64__)
     if (length < PL_COPY_STREAM_MIN) return plan;
     pl_copy_class_t *c = &copier->classes[pl_copy_class_of(length)];
+    uint32_t epoch = pl_copy_epoch_copies(length), half = epoch / 2;
+    if (c->copies >= epoch) pl_copy_end_epoch(c);
+    uint32_t at = c->copies++;
+    uint32_t stride = half / PL_COPY_SAMPLES > 0 ? half / PL_COPY_SAMPLES : 1;
     plan.streaming = c->streaming;
-    bool unknown = c->cost[0][0] == 0 || c->cost[1][0] == 0;
-    plan.timed = unknown || length >= PL_COPY_TIME_ALL_FROM || ++c->untimed >= PL_COPY_TIME_EVERY;
-    if (plan.timed) {
-        c->untimed = 0;
-        if (c->cost[!c->streaming][0] == 0 || ++c->since_probe >= PL_COPY_PROBE_EVERY) {
-            plan.streaming = !c->streaming;
-            c->since_probe = 0;
-        }
-    }
+    plan.timed = at >= half && (at - half) % stride == 0 && c->sample_count < PL_COPY_SAMPLES;
 #else
     (void)copier;
     (void)length;
@@ -64,20 +95,16 @@ pl_copy_plan_t pl_copier_plan(pl_copier_t *copier, size_t length) {
     return plan;
 }
 
-void pl_copier_note(pl_copier_t *copier, size_t length, bool streaming, uint64_t ticks) {
+void pl_copier_note(pl_copier_t *copier, size_t length, uint64_t ticks) {
     if (length < PL_COPY_STREAM_MIN) return;
     pl_copy_class_t *c = &copier->classes[pl_copy_class_of(length)];
+    if (c->sample_count >= PL_COPY_SAMPLES) return;
     uint64_t per_kib = ticks * 1024 / length;
-    uint32_t cost = per_kib == 0 ? 1 : per_kib > UINT32_MAX ? UINT32_MAX : (uint32_t)per_kib; /* 0 means none */
-    int way = streaming ? 1 : 0;
-    c->cost[way][c->next[way]] = cost;
-    c->next[way] = (uint8_t)((c->next[way] + 1) % PL_COPY_WINDOW);
-    uint32_t ordinary = pl_copy_cost(c, 0), streamed = pl_copy_cost(c, 1);
-    if (ordinary != 0 && streamed != 0) c->streaming = streamed < ordinary;
+    c->samples[c->sample_count++] = per_kib == 0 ? 1 : per_kib > UINT32_MAX ? UINT32_MAX : (uint32_t)per_kib;
 }
 
 bool pl_copier_streams(const pl_copier_t *copier, size_t length) {
-    return length >= PL_COPY_STREAM_MIN && copier->classes[pl_copy_class_of(length)].streaming;
+    return length >= PL_COPY_STREAM_MIN && copier->classes[pl_copy_class_of(length)].chosen_streaming;
 }
 
 /* Whole lines with streaming stores, the partial lines at either end as usual. The fence orders the streamed lines
@@ -117,15 +144,11 @@ void pl_copier_copy(pl_copier_t *copier, void *to, const void *from, size_t leng
         pl_copy_with(to, from, length, plan.streaming);
         return;
     }
-    /* Timed to the last store: the fences keep the counter from being read before the stores have left. */
-    _mm_lfence();
+    /* No fence: in a run of copies a copy's time includes waiting for the stores of the one before to leave. */
     uint64_t start = __rdtsc();
-    _mm_lfence();
     pl_copy_with(to, from, length, plan.streaming);
-    _mm_mfence();
-    _mm_lfence();
     uint64_t end = __rdtsc();
-    pl_copier_note(copier, length, plan.streaming, end > start ? end - start : 0);
+    pl_copier_note(copier, length, end > start ? end - start : 0);
 #else
     (void)copier;
     memcpy(to, from, length);

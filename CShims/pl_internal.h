@@ -19,20 +19,24 @@
 
 #define PL_COPY_STREAM_MIN 256u           /* shorter copies are always ordinary */
 #define PL_COPY_CLASSES 7u                /* size classes by powers of four: from 256 B, 1 KiB, …, 1 MiB and up */
-#define PL_COPY_WINDOW 4u                 /* a way's cost: the least of its last this many timed copies */
-#define PL_COPY_TIME_EVERY 16u            /* one copy in this many is timed … */
-#define PL_COPY_TIME_ALL_FROM 65536u      /* … and every one from this size, where timing costs nothing that shows */
-#define PL_COPY_PROBE_EVERY 64u           /* one timed copy in this many goes the other way */
+#define PL_COPY_EPOCH_BYTES (2u << 20)    /* an epoch, copies of a class in one way: this many bytes of them … */
+#define PL_COPY_EPOCH_MIN_COPIES 16u      /* … and at least this many copies */
+#define PL_COPY_SAMPLES 32u               /* copies timed in an epoch's second half, evenly spread */
+#define PL_COPY_EXPLORE_FIRST 8u          /* epochs kept to a way before the other is tried, after a change … */
+#define PL_COPY_EXPLORE_MOST 512u         /* … doubling with each try that confirms the choice, up to this */
 
 typedef struct pl_copy_class {
-    uint32_t cost[2][PL_COPY_WINDOW]; /* TSC ticks per KiB of timed copies: [0] ordinary, [1] streaming; 0: none */
-    uint8_t next[2];                  /* where each way's next cost goes */
-    bool streaming;                   /* the way in use */
-    uint32_t untimed;                 /* copies since the last timed one */
-    uint32_t since_probe;             /* timed copies since the other way was tried */
+    bool streaming;                   /* the current epoch's way */
+    bool chosen_streaming;            /* the way kept to; the current epoch may be a try of the other */
+    uint32_t copies;                  /* copies in the current epoch */
+    uint32_t sample_count;
+    uint32_t samples[PL_COPY_SAMPLES]; /* the current epoch's timed copies, TSC ticks per KiB */
+    uint32_t cost[2];                 /* each way's cost in its last epoch: [0] ordinary, [1] streaming; 0: none */
+    uint32_t epochs_left;             /* epochs kept to the chosen way before the other is tried */
+    uint32_t explore_every;           /* epochs between tries now */
 } pl_copy_class_t;
 
-/* One writer's copier (zeroed to start: ordinary stores until it has timed both ways). */
+/* One writer's copier (zeroed to start: an epoch of ordinary stores, then one of streaming ones, then its choice). */
 typedef struct pl_copier {
     pl_copy_class_t classes[PL_COPY_CLASSES];
 } pl_copier_t;
@@ -44,7 +48,7 @@ typedef struct pl_copy_plan {
 } pl_copy_plan_t;
 
 /* memcpy into memory that another core reads next, with ordinary or streaming stores (x86-64), whichever this
- * copier measured to be cheaper for the size; a streaming copy ends with a store fence, so a release store after
+ * copier measured to be the cheaper for the size; a streaming copy ends with a store fence, so a release store after
  * it publishes every byte. Elsewhere a memcpy. */
 void pl_copier_copy(pl_copier_t *copier, void *to, const void *from, size_t length);
 /* This thread's copier, for payloads it copies into memory of their own (a kept buffer that a receiver read last). */
@@ -54,9 +58,11 @@ void pl_copy_with(void *to, const void *from, size_t length, bool streaming);
 /* The plan for the next copy of `length` bytes, counted as made (pl_copier_copy's first step; for tests). */
 pl_copy_plan_t pl_copier_plan(pl_copier_t *copier, size_t length);
 /* Notes a timed copy's cost (pl_copier_copy's last step; for tests). */
-void pl_copier_note(pl_copier_t *copier, size_t length, bool streaming, uint64_t ticks);
-/* Whether copies of `length` bytes now stream, apart from the other way's tries (for tests). */
+void pl_copier_note(pl_copier_t *copier, size_t length, uint64_t ticks);
+/* Whether the copier keeps to streaming for copies of `length` bytes (tries of the other way apart; for tests). */
 bool pl_copier_streams(const pl_copier_t *copier, size_t length);
+/* How many copies an epoch of copies of `length` bytes has (for tests). */
+uint32_t pl_copy_epoch_copies(size_t length);
 
 /* ---- payload memory kept for reuse (pl_payload_cache.c) ---- */
 

@@ -69,7 +69,6 @@ struct pl_ring {
     uint32_t out_tail;        /* what this side has put: the authority (the shared tail is a copy) */
     uint32_t out_head_seen;   /* the reader's head as last read: reread only when room seems short */
     uint32_t out_reach;       /* where this side's writer wraps (pl_ring_set_reach) */
-    pl_copier_t out_copier;   /* how this side's writer copies records in: ordinary or streaming stores */
     uint32_t in_head;         /* what this side has taken: the authority */
     uint32_t in_head_shared;  /* the head last stored where the writer sees it */
     uint32_t in_tail_seen;    /* the writer's tail as last read: reread only once this side has taken up to it */
@@ -312,6 +311,11 @@ static int pl_ring_room(pl_ring_t *ring, uint32_t bytes) {
     return 0;
 }
 
+/* A record's parts from 256 bytes on go in with streaming stores (pl_copy_with). The reader is another process, and
+ * whether its core shares a cache with this one is the host's choice, which it may change at any moment. Where it
+ * does not, ordinary stores must first take back each line the reader read a lap ago: a stream of 4 KiB messages ran
+ * at two thirds of its speed, or a quarter. Where it does, streaming costs such a stream a tenth. Neither side's copy
+ * times tell the two apart (between processes both ways cost the writer about as much), so the ring does not guess. */
 static void pl_ring_write_header(uint8_t *at, uint32_t length, uint16_t kind) {
     uint8_t header[PL_RING_RECORD_HEADER] = {
         (uint8_t)length, (uint8_t)(length >> 8), (uint8_t)(length >> 16), (uint8_t)(length >> 24),
@@ -347,8 +351,8 @@ static pl_ring_put_result_t pl_ring_put_record(pl_ring_t *ring, const uint8_t *h
         uint8_t *record = ring->out_data + at;
         pl_ring_write_header(record, length, mark ? PL_RECORD_MARK : PL_RECORD_PACKET);
         uint8_t *bytes = record + PL_RING_RECORD_HEADER;
-        if (head_length > 0 && !mark) pl_copier_copy(&ring->out_copier, bytes, head, head_length);
-        if (body_length > 0 && !mark) pl_copier_copy(&ring->out_copier, bytes + head_length, body, body_length);
+        if (head_length > 0 && !mark) pl_copy_with(bytes, head, head_length, true);
+        if (body_length > 0 && !mark) pl_copy_with(bytes + head_length, body, body_length, true);
         ring->out_tail += need;
     }
     /* Published with the pad, if only the pad went in (the reader skips it meanwhile). */

@@ -72,9 +72,10 @@
  *   copy_both_ways           a copy with streaming stores and an ordinary one, at every offset of its start in a
  *                            cache line and lengths just under and over the size from which copies may stream, up
  *                            to past a MiB: the bytes arrive intact, none before or after is written
- *   copier_chooses           a copier, given costs as if it had timed them, copies the cheaper way for each size
- *                            class, tries the other way once every so many timed copies, and turns round when the
- *                            costs do (the least of a way's last few counts, so one long copy does not)
+ *   copier_chooses           a copier, given costs as if it had timed them, keeps for each size class to the way
+ *                            that measured cheaper in epochs of each, tries the other ever less often while the
+ *                            choice holds and at once when it costs more than the other did, and turns when the
+ *                            costs do, by a tenth (an epoch's median: a few disturbed copies do not turn it)
  *   ring_copied_in           a record's bytes copied into the ring by its writer's copier, at every alignment of its
  *                            head and body (ends in the middle of a cache line, bodies just under and over the size
  *                            from which they may stream): each taken intact, and nothing written past its end
@@ -3139,9 +3140,10 @@ static void scenario_copy_both_ways(void) {
 
 /* ---- copier_chooses ------------------------------------------------------------------------------------ */
 /* A copier's choice, fed costs in place of its own timings (pl_copier_plan and pl_copier_note are the two halves of
- * pl_copier_copy): it tries both ways first, then copies the cheaper way per size class, times one copy in
- * PL_COPY_TIME_EVERY (every one from PL_COPY_TIME_ALL_FROM), tries the other way once every PL_COPY_PROBE_EVERY timed
- * copies, and turns round only when a way's least recent cost does. */
+ * pl_copier_copy). Per size class it copies in epochs of one way, times PL_COPY_SAMPLES copies of each epoch's second
+ * half and takes their median; it starts with an epoch of each way, keeps to the cheaper, tries the other after
+ * PL_COPY_EXPLORE_FIRST epochs and twice as many after each try that confirms the choice, at once when the way kept
+ * to costs more than the other did, and turns only for a tenth cheaper. (An epoch ends at the next copy's plan.) */
 
 /* Makes `copies` copies of `length` bytes by plan, noting `ordinary` or `streamed` ticks for the timed ones; counts
  * the plans that streamed and those timed. */
@@ -3152,7 +3154,7 @@ static void copier_run(pl_copier_t *c, size_t length, uint32_t copies, uint64_t 
         pl_copy_plan_t plan = pl_copier_plan(c, length);
         *streams += plan.streaming;
         *timed += plan.timed;
-        if (plan.timed) pl_copier_note(c, length, plan.streaming, plan.streaming ? streamed : ordinary);
+        if (plan.timed) pl_copier_note(c, length, plan.streaming ? streamed : ordinary);
     }
 }
 
@@ -3164,48 +3166,54 @@ static void scenario_copier_chooses(void) {
     copier_run(&c, PL_COPY_STREAM_MIN - 1, 100, 1, 1, &streams, &timed);
     CHECK(streams == 0 && timed == 0 && !pl_copier_streams(&c, PL_COPY_STREAM_MIN - 1));
 #if defined(__x86_64__)
-    /* 4 KiB, ordinary cheaper: the first copy tries streaming, the second ordinary, then ordinary throughout but for
-     * one try of streaming every PL_COPY_PROBE_EVERY timed copies, and one copy in PL_COPY_TIME_EVERY timed. */
-    uint32_t copies = 2 + PL_COPY_TIME_EVERY * PL_COPY_PROBE_EVERY * 4;
-    copier_run(&c, 4096, copies, 1000, 3000, &streams, &timed);
-    CHECK(!pl_copier_streams(&c, 4096));
-    CHECK(streams == 1 + 4 && timed == 2 + PL_COPY_PROBE_EVERY * 4);
-    /* Ordinary copies turn slow (the reader moved to another chiplet): after the last of its cheap counts has gone
-     * from the window, streaming. One long copy alone (an interrupt) turns nothing. */
-    pl_copier_note(&c, 4096, false, 1000000);
-    CHECK(!pl_copier_streams(&c, 4096));
-    for (uint32_t i = 1; i < PL_COPY_WINDOW; i++) pl_copier_note(&c, 4096, false, 9000);
-    CHECK(pl_copier_streams(&c, 4096));
-    /* Another class has learnt nothing from it: 64 KiB still starts by trying both ways, each copy timed. */
-    CHECK(!pl_copier_streams(&c, 65536));
-    copier_run(&c, 65536, 2, 1000, 3000, &streams, &timed);
-    CHECK(streams == 1 && timed == 2 && !pl_copier_streams(&c, 65536));
-    copier_run(&c, 65536, PL_COPY_PROBE_EVERY * 2, 1000, 3000, &streams, &timed);
-    CHECK(streams == 2 && timed == PL_COPY_PROBE_EVERY * 2);
-    /* 4 KiB streaming now, ordinary cheap again: found at the next try of ordinary, and kept. */
-    copier_run(&c, 4096, PL_COPY_TIME_EVERY * PL_COPY_PROBE_EVERY, 1000, 3000, &streams, &timed);
-    CHECK(!pl_copier_streams(&c, 4096));
-    CHECK(streams < PL_COPY_TIME_EVERY * PL_COPY_PROBE_EVERY);
-    copier_run(&c, 4096, PL_COPY_TIME_EVERY * PL_COPY_PROBE_EVERY, 1000, 3000, &streams, &timed);
-    CHECK(streams == 1 && !pl_copier_streams(&c, 4096));
-    /* Sizes share a class by powers of four: 1 KiB to just under 4 KiB with each other, not with 4 KiB. */
-    CHECK(!pl_copier_streams(&c, 1024));
-    for (uint32_t i = 0; i < PL_COPY_WINDOW; i++) {
-        pl_copier_note(&c, 1024, false, 9000);
-        pl_copier_note(&c, 4095, true, 1000);
+    uint32_t e = pl_copy_epoch_copies(4096);
+    CHECK(e == 512 && pl_copy_epoch_copies(4095) == 2048 && pl_copy_epoch_copies(1u << 20) == PL_COPY_EPOCH_MIN_COPIES);
+    /* 4 KiB, ordinary cheaper: an epoch of each way, then ordinary, with tries of streaming after F, 2F and 4F epochs
+     * (F: PL_COPY_EXPLORE_FIRST). */
+    const uint32_t F = PL_COPY_EXPLORE_FIRST;
+    _Static_assert(PL_COPY_EXPLORE_FIRST > 5, "the counts below assume no second try within F + 4 epochs");
+    uint32_t epochs = 2 + F + 1 + 2 * F + 1 + 4 * F + 1;
+    copier_run(&c, 4096, e * epochs, 1000, 3000, &streams, &timed);
+    CHECK(streams == 4 * e && timed == epochs * PL_COPY_SAMPLES && !pl_copier_streams(&c, 4096));
+    /* Ordinary copies turn slow (the reader moved to another chiplet): the epoch that finds it is followed by a try of
+     * streaming at once, and streaming is kept. */
+    copier_run(&c, 4096, e, 9000, 3000, &streams, &timed);
+    CHECK(streams == 0);
+    copier_run(&c, 4096, e, 9000, 3000, &streams, &timed);
+    CHECK(streams == e && !pl_copier_streams(&c, 4096));
+    copier_run(&c, 4096, e, 9000, 3000, &streams, &timed);
+    CHECK(streams == e && pl_copier_streams(&c, 4096));
+    /* A few disturbed copies (an interrupt) do not move an epoch's median: no try of ordinary follows. */
+    for (uint32_t i = 0, noted = 0; i < e; i++) {
+        pl_copy_plan_t plan = pl_copier_plan(&c, 4096);
+        if (plan.timed) pl_copier_note(&c, 4096, noted++ < PL_COPY_SAMPLES / 3 ? 1000000000 : 3000);
     }
-    CHECK(pl_copier_streams(&c, 1024) && pl_copier_streams(&c, 4095) && !pl_copier_streams(&c, 4096));
+    copier_run(&c, 4096, e, 9000, 3000, &streams, &timed);
+    CHECK(streams == e && pl_copier_streams(&c, 4096));
+    /* Ordinary cheap again: found at the next try, F epochs after the turn to streaming (three of them run above),
+     * and kept. */
+    copier_run(&c, 4096, (F + 4) * e, 1000, 3000, &streams, &timed);
+    CHECK(streams == (F - 3) * e && !pl_copier_streams(&c, 4096));
+    /* Another class has learnt nothing from it; and a try must win by a tenth: streaming at 0.95 times ordinary's cost
+     * does not take over from it, at 0.85 times it does. */
+    uint32_t e16 = pl_copy_epoch_copies(16384);
+    CHECK(!pl_copier_streams(&c, 16384) && !pl_copier_streams(&c, 1024) && !pl_copier_streams(&c, 1u << 20));
+    copier_run(&c, 16384, 2 * e16 + 1, 1000, 950, &streams, &timed);
+    CHECK(streams == e16 && !pl_copier_streams(&c, 16384));
+    copier_run(&c, 16384, (F + 1) * e16, 1000, 850, &streams, &timed);
+    CHECK(pl_copier_streams(&c, 16384));
     /* A real copy (timed or not) either way, through pl_copier_copy: the bytes arrive. */
     static uint8_t from[8192], to[8192];
     for (size_t i = 0; i < sizeof from; i++) from[i] = (uint8_t)(i * 7u);
-    for (uint32_t i = 0; i < 3 * PL_COPY_TIME_EVERY; i++) {
+    for (uint32_t i = 0; i < 3 * pl_copy_epoch_copies(3000); i++) {
+        uint32_t length = 3000 + i % 1000;
         memset(to, 0, sizeof to);
-        pl_copier_copy(&c, to, from, 3000 + i);
-        CHECK(memcmp(to, from, 3000 + i) == 0 && to[3000 + i] == 0);
+        pl_copier_copy(&c, to, from, length);
+        CHECK(memcmp(to, from, length) == 0 && to[length] == 0);
     }
 #else
     /* Elsewhere a copier never streams. */
-    copier_run(&c, 4096, 100, 9000, 1, &streams, &timed);
+    copier_run(&c, 4096, 10000, 9000, 1, &streams, &timed);
     CHECK(streams == 0 && timed == 0);
 #endif
 }
