@@ -69,6 +69,9 @@ struct pl_ring {
     uint32_t out_tail;        /* what this side has put: the authority (the shared tail is a copy) */
     uint32_t out_head_seen;   /* the reader's head as last read: reread only when room seems short */
     uint32_t out_reach;       /* where this side's writer wraps (pl_ring_set_reach) */
+    bool out_streaming;       /* whether this side's writer streams its records' bytes (pl_ring_note_distance) */
+    uint8_t out_distance_next, out_distance_count;
+    uint32_t out_distance_ns[PL_RING_DISTANCE_SAMPLES]; /* the last times taken to load the reader's index anew */
     uint32_t in_head;         /* what this side has taken: the authority */
     uint32_t in_head_shared;  /* the head last stored where the writer sees it */
     uint32_t in_tail_seen;    /* the writer's tail as last read: reread only once this side has taken up to it */
@@ -139,6 +142,7 @@ static bool pl_bell_make(int *bell, int *to_send) {
 static pl_ring_t *pl_ring_new(uint8_t *map, bool client, int bell) {
     pl_ring_t *ring = calloc(1, sizeof *ring);
     if (ring == NULL) return NULL;
+    ring->out_streaming = true; /* until the reader's distance is known */
     pl_ring_shared_t *shared = (pl_ring_shared_t *)map;
     uint8_t *data0 = map + PL_RING_HEADER_BYTES, *data1 = data0 + PL_RING_BYTES;
     ring->map = map;
@@ -298,10 +302,29 @@ uint32_t pl_ring_reach(const pl_ring_t *ring) { return ring->out_reach; }
 
 /* Room for `bytes` more, rereading the reader's head when the last one read leaves too little, and asking to be
  * told of room when there is none. -1: the head is out of bounds. */
+void pl_ring_note_distance(pl_ring_t *ring, int64_t took) {
+    ring->out_distance_ns[ring->out_distance_next] = took < 0 ? 0 : took > UINT32_MAX ? UINT32_MAX : (uint32_t)took;
+    ring->out_distance_next = (uint8_t)((ring->out_distance_next + 1) % PL_RING_DISTANCE_SAMPLES);
+    if (ring->out_distance_count < PL_RING_DISTANCE_SAMPLES) ring->out_distance_count++;
+    if (ring->out_distance_count < PL_RING_DISTANCE_SAMPLES) return;
+    uint32_t sorted[PL_RING_DISTANCE_SAMPLES];
+    memcpy(sorted, ring->out_distance_ns, sizeof sorted);
+    for (uint32_t i = 1; i < PL_RING_DISTANCE_SAMPLES; i++) {
+        uint32_t v = sorted[i], j = i;
+        for (; j > 0 && sorted[j - 1] > v; j--) sorted[j] = sorted[j - 1];
+        sorted[j] = v;
+    }
+    ring->out_streaming = sorted[PL_RING_DISTANCE_SAMPLES / 2] > PL_RING_FAR_NS;
+}
+
+bool pl_ring_streams(const pl_ring_t *ring) { return ring->out_streaming; }
+
 static int pl_ring_room(pl_ring_t *ring, uint32_t bytes) {
     if (PL_RING_BYTES - (ring->out_tail - ring->out_head_seen) >= bytes) return 1;
     for (int asked = 0; asked < 2; asked++) {
+        int64_t before = asked ? 0 : pl_now_ns();
         uint32_t head = atomic_load_explicit(&ring->out->head, asked ? memory_order_seq_cst : memory_order_acquire);
+        if (!asked && head != ring->out_head_seen) pl_ring_note_distance(ring, pl_now_ns() - before);
         uint32_t used = ring->out_tail - head;
         if (used > PL_RING_BYTES || (used & 7u) != 0) return -1; /* taken more than was put, or misaligned */
         ring->out_head_seen = head;
@@ -311,11 +334,13 @@ static int pl_ring_room(pl_ring_t *ring, uint32_t bytes) {
     return 0;
 }
 
-/* A record's parts from 256 bytes on go in with streaming stores (pl_copy_with). The reader is another process, and
- * whether its core shares a cache with this one is the host's choice, which it may change at any moment. Where it
- * does not, ordinary stores must first take back each line the reader read a lap ago: a stream of 4 KiB messages ran
- * at two thirds of its speed, or a quarter. Where it does, streaming costs such a stream a tenth. Neither side's copy
- * times tell the two apart (between processes both ways cost the writer about as much), so the ring does not guess. */
+/* A record's parts from 256 bytes on go in with streaming stores while the reader is far (pl_ring_note_distance).
+ * An ordinary store must first take back the line, which the reader read a lap ago: when the reader's core is near
+ * (they share a cache) that is cheap and the reader then finds the record in that cache, and streaming would cost a
+ * stream of 4 KiB messages about a tenth; when it is far (another chiplet or socket, as the host may decide and
+ * change at any moment) it cost such a stream a third of its speed, or three quarters. Neither side's copy times
+ * tell the two apart (between processes both ways cost the writer about as much), the time a line takes to come from
+ * the reader does. */
 static void pl_ring_write_header(uint8_t *at, uint32_t length, uint16_t kind) {
     uint8_t header[PL_RING_RECORD_HEADER] = {
         (uint8_t)length, (uint8_t)(length >> 8), (uint8_t)(length >> 16), (uint8_t)(length >> 24),
@@ -351,8 +376,8 @@ static pl_ring_put_result_t pl_ring_put_record(pl_ring_t *ring, const uint8_t *h
         uint8_t *record = ring->out_data + at;
         pl_ring_write_header(record, length, mark ? PL_RECORD_MARK : PL_RECORD_PACKET);
         uint8_t *bytes = record + PL_RING_RECORD_HEADER;
-        if (head_length > 0 && !mark) pl_copy_with(bytes, head, head_length, true);
-        if (body_length > 0 && !mark) pl_copy_with(bytes + head_length, body, body_length, true);
+        if (head_length > 0 && !mark) pl_copy_with(bytes, head, head_length, ring->out_streaming);
+        if (body_length > 0 && !mark) pl_copy_with(bytes + head_length, body, body_length, ring->out_streaming);
         ring->out_tail += need;
     }
     /* Published with the pad, if only the pad went in (the reader skips it meanwhile). */

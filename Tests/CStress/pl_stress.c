@@ -76,9 +76,12 @@
  *                            that measured cheaper in epochs of each, tries the other ever less often while the
  *                            choice holds and at once when it costs more than the other did, and turns when the
  *                            costs do, by a tenth (an epoch's median: a few disturbed copies do not turn it)
- *   ring_copied_in           a record's bytes copied into the ring by its writer's copier, at every alignment of its
- *                            head and body (ends in the middle of a cache line, bodies just under and over the size
- *                            from which they may stream): each taken intact, and nothing written past its end
+ *   ring_copied_in           a record's bytes copied into the ring with ordinary stores (a near reader) and with
+ *                            streaming ones (a far reader), at every alignment of its head and body (ends in the
+ *                            middle of a cache line, bodies just under and over the size from which they stream):
+ *                            each taken intact, and nothing written past its end
+ *   ring_distance            the writer streams before it has timed enough loads of the reader's index, then while
+ *                            their median says the reader is far; a few outliers do not turn it
  *   ring_hostile             each rule a peer can break in the shared memory gives BROKEN or CORRUPT; what is
  *                            not a ring's memfd (or one sealed against writing), or not an eventfd for a bell (a
  *                            pipe, file, FIFO, socket, timerfd, epoll set), or a second bell, is refused
@@ -3219,10 +3222,11 @@ static void scenario_copier_chooses(void) {
 }
 
 /* ---- ring_copied_in ------------------------------------------------------------------------------------ */
-/* The writer copies a record's parts with its copier, which may stream the larger ones (pl_copy.c). Records whose
- * heads (0 to 71 bytes) put their bodies at every offset in a line, with bodies from under the streaming size to a
- * few lines over, and around 4 KiB: each arrives intact, and the bytes after it, up to where the next record begins,
- * keep what was there (a copy that rounded up to whole lines would write them). */
+/* The writer copies a record's parts with ordinary stores while the reader is near, and the larger ones with streaming
+ * stores while it is far (pl_ring.c), told so here before each record. Both ways, records whose heads (0 to 71 bytes)
+ * put their bodies at every offset in a line, with bodies from under the streaming size to a few lines over, and
+ * around 4 KiB: each arrives intact, and the bytes after it, up to where the next record begins, keep what was there
+ * (a copy that rounded up to whole lines would write them). */
 static void scenario_ring_copied_in(void) {
     ring_pair_t p;
     ring_pair_open(&p);
@@ -3231,27 +3235,59 @@ static void scenario_ring_copied_in(void) {
     const char *reason = NULL;
     uint32_t bodies[] = { 200, 255, 256, 257, 319, 320, 383, 4031, 4096, 4159, 65000 };
     uint32_t seq = 1, records_put = 0;
-    for (uint32_t head = 0; head < 72; head++) {
-        for (size_t b = 0; b < sizeof bodies / sizeof bodies[0]; b++) {
-            const uint8_t *bytes = ring_content(seq);
-            uint32_t length = head + bodies[b], need = PL_RING_RECORD_HEADER + ((length + 7u) & ~7u);
-            uint32_t at = *ring_word(&p, RING_TAIL(1)) % PL_RING_BYTES;
-            if (at + need > PL_RING_BYTES) at = 0; /* after a pad to the end (the reach is the whole ring) */
-            uint32_t end = at + need; /* where the next record begins */
-            memset(records + at, 0xA5, need);
-            CHECK(pl_ring_put(p.service, bytes, head, bytes + head, bodies[b], false) == PL_RING_PUT);
-            bool after_kept = true;
-            for (uint32_t i = at + PL_RING_RECORD_HEADER + length; i < end; i++) after_kept &= records[i] == 0xA5;
-            CHECK(after_kept);
-            size_t taken = 0;
-            CHECK(pl_ring_take(p.client, out, &taken, &reason) == PL_RING_PACKET && taken == length &&
-                  memcmp(out, bytes, length) == 0);
-            pl_ring_done_reading(p.client);
-            seq++;
-            records_put++;
+    for (int far = 0; far < 2; far++) {
+        for (uint32_t head = 0; head < 72; head++) {
+            for (size_t b = 0; b < sizeof bodies / sizeof bodies[0]; b++) {
+                for (uint32_t i = 0; i < PL_RING_DISTANCE_SAMPLES; i++) {
+                    pl_ring_note_distance(p.service, far ? 500 : 20);
+                }
+                CHECK(pl_ring_streams(p.service) == (far != 0));
+                const uint8_t *bytes = ring_content(seq);
+                uint32_t length = head + bodies[b], need = PL_RING_RECORD_HEADER + ((length + 7u) & ~7u);
+                uint32_t at = *ring_word(&p, RING_TAIL(1)) % PL_RING_BYTES;
+                if (at + need > PL_RING_BYTES) at = 0; /* after a pad to the end (the reach is the whole ring) */
+                uint32_t end = at + need; /* where the next record begins */
+                memset(records + at, 0xA5, need);
+                CHECK(pl_ring_put(p.service, bytes, head, bytes + head, bodies[b], false) == PL_RING_PUT);
+                bool after_kept = true;
+                for (uint32_t i = at + PL_RING_RECORD_HEADER + length; i < end; i++) after_kept &= records[i] == 0xA5;
+                CHECK(after_kept);
+                size_t taken = 0;
+                CHECK(pl_ring_take(p.client, out, &taken, &reason) == PL_RING_PACKET && taken == length &&
+                      memcmp(out, bytes, length) == 0);
+                pl_ring_done_reading(p.client);
+                seq++;
+                records_put++;
+            }
         }
     }
-    CHECK(records_put == 72 * sizeof bodies / sizeof bodies[0]);
+    CHECK(records_put == 2 * 72 * sizeof bodies / sizeof bodies[0]);
+    ring_pair_close(&p);
+}
+
+/* ---- ring_distance ------------------------------------------------------------------------------------- */
+/* How far the writer finds the reader, from the times it took to load the reader's moved index: it streams before it
+ * has PL_RING_DISTANCE_SAMPLES of them, then while their median is over PL_RING_FAR_NS; a few slow loads among fast
+ * ones (an interrupt) do not turn it, nor a few fast ones among slow. Each side of a ring pair decides for itself. */
+static void scenario_ring_distance(void) {
+    ring_pair_t p;
+    ring_pair_open(&p);
+    CHECK(pl_ring_streams(p.service) && pl_ring_streams(p.client));
+    for (uint32_t i = 0; i + 1 < PL_RING_DISTANCE_SAMPLES; i++) pl_ring_note_distance(p.service, 30);
+    CHECK(pl_ring_streams(p.service));
+    pl_ring_note_distance(p.service, 30);
+    CHECK(!pl_ring_streams(p.service) && pl_ring_streams(p.client));
+    for (uint32_t i = 0; i < PL_RING_DISTANCE_SAMPLES / 2; i++) pl_ring_note_distance(p.service, 1000000);
+    CHECK(!pl_ring_streams(p.service));
+    pl_ring_note_distance(p.service, 130);
+    CHECK(pl_ring_streams(p.service));
+    for (uint32_t i = 0; i < PL_RING_DISTANCE_SAMPLES / 2; i++) pl_ring_note_distance(p.service, 20);
+    CHECK(pl_ring_streams(p.service));
+    pl_ring_note_distance(p.service, PL_RING_FAR_NS);
+    pl_ring_note_distance(p.service, PL_RING_FAR_NS);
+    CHECK(!pl_ring_streams(p.service)); /* at the bound itself: near */
+    pl_ring_note_distance(p.service, -5); /* a clock that went back counts as near */
+    CHECK(!pl_ring_streams(p.service));
     ring_pair_close(&p);
 }
 
@@ -6647,6 +6683,7 @@ int main(int argc, char **argv) {
         { "copy_both_ways", scenario_copy_both_ways },
         { "copier_chooses", scenario_copier_chooses },
         { "ring_copied_in", scenario_ring_copied_in },
+        { "ring_distance", scenario_ring_distance },
         { "ring_reach", scenario_ring_reach },
         { "ring_shared_take", scenario_ring_shared_take },
         { "ring_hostile", scenario_ring_hostile },
