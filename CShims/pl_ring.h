@@ -36,7 +36,7 @@
 #define PL_RING_MAP_BYTES (PL_RING_HEADER_BYTES + 2u * PL_RING_BYTES)
 #define PL_RING_RECORD_HEADER 8u      /* u32 length, u16 kind, u16 zero */
 #define PL_RING_DISTANCE_SAMPLES 5u   /* the writer's timed loads of the reader's moved index weighed (their median) */
-#define PL_RING_FAR_NS 80u            /* a reader farther than this (about a load from memory): the writer streams */
+#define PL_RING_FAR_NS 60u            /* a reader farther than this (under a load from memory): the writer streams */
 
 typedef struct pl_ring pl_ring_t;
 
