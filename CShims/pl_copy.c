@@ -156,7 +156,7 @@ void pl_copier_copy(pl_copier_t *copier, void *to, const void *from, size_t leng
 #endif
 }
 
-/* One per thread, for the payload memory its messages are put together in (pl_thread_copier). */
+/* One per thread, for the large payloads it sends to ports of this process (pl_thread_copier). */
 static _Thread_local pl_copier_t pl_this_thread_copier;
 
 pl_copier_t *pl_thread_copier(void) { return &pl_this_thread_copier; }

@@ -51,7 +51,7 @@ typedef struct pl_copy_plan {
  * copier measured to be the cheaper for the size; a streaming copy ends with a store fence, so a release store after
  * it publishes every byte. Elsewhere a memcpy. */
 void pl_copier_copy(pl_copier_t *copier, void *to, const void *from, size_t length);
-/* This thread's copier, for payloads it copies into memory of their own (a kept buffer that a receiver read last). */
+/* This thread's copier, for payloads it sends within the process into memory of their own (a kept buffer). */
 pl_copier_t *pl_thread_copier(void);
 /* A copy with streaming stores (on x86-64, from PL_COPY_STREAM_MIN bytes, ending with a store fence) or ordinary. */
 void pl_copy_with(void *to, const void *from, size_t length, bool streaming);
