@@ -300,8 +300,6 @@ void pl_ring_set_reach(pl_ring_t *ring, uint32_t bytes) {
 
 uint32_t pl_ring_reach(const pl_ring_t *ring) { return ring->out_reach; }
 
-/* Room for `bytes` more, rereading the reader's head when the last one read leaves too little, and asking to be
- * told of room when there is none. -1: the head is out of bounds. */
 void pl_ring_note_distance(pl_ring_t *ring, int64_t took) {
     ring->out_distance_ns[ring->out_distance_next] = took < 0 ? 0 : took > UINT32_MAX ? UINT32_MAX : (uint32_t)took;
     ring->out_distance_next = (uint8_t)((ring->out_distance_next + 1) % PL_RING_DISTANCE_SAMPLES);
@@ -319,6 +317,8 @@ void pl_ring_note_distance(pl_ring_t *ring, int64_t took) {
 
 bool pl_ring_streams(const pl_ring_t *ring) { return ring->out_streaming; }
 
+/* Room for `bytes` more, rereading the reader's head when the last one read leaves too little, and asking to be
+ * told of room when there is none; the first reread is timed (pl_ring_note_distance). -1: the head is out of bounds. */
 static int pl_ring_room(pl_ring_t *ring, uint32_t bytes) {
     if (PL_RING_BYTES - (ring->out_tail - ring->out_head_seen) >= bytes) return 1;
     for (int asked = 0; asked < 2; asked++) {
