@@ -45,20 +45,19 @@ uint32_t pl_copy_epoch_copies(size_t length) {
     return copies < PL_COPY_EPOCH_MIN_COPIES ? PL_COPY_EPOCH_MIN_COPIES : (uint32_t)copies;
 }
 
-/* The median of an epoch's samples (sorted in place; a few dozen at most). */
-static uint32_t pl_copy_median(uint32_t *samples, uint32_t count) {
+uint32_t pl_median_u32(uint32_t *values, uint32_t count) {
     for (uint32_t i = 1; i < count; i++) {
-        uint32_t v = samples[i], j = i;
-        for (; j > 0 && samples[j - 1] > v; j--) samples[j] = samples[j - 1];
-        samples[j] = v;
+        uint32_t v = values[i], j = i;
+        for (; j > 0 && values[j - 1] > v; j--) values[j] = values[j - 1];
+        values[j] = v;
     }
-    return samples[count / 2];
+    return values[count / 2];
 }
 
 /* Ends an epoch: its way's cost noted, and the next epoch's way chosen. */
 static void pl_copy_end_epoch(pl_copy_class_t *c) {
     int tried = c->streaming, kept = c->chosen_streaming;
-    if (c->sample_count > 0) c->cost[tried] = pl_copy_median(c->samples, c->sample_count);
+    if (c->sample_count > 0) c->cost[tried] = pl_median_u32(c->samples, c->sample_count);
     c->copies = c->sample_count = 0;
     uint64_t mine = c->cost[kept], other = c->cost[!kept];
     if (tried != kept) {
@@ -139,21 +138,18 @@ void pl_copy_with(void *to, const void *from, size_t length, bool streaming) {
 }
 
 void pl_copier_copy(pl_copier_t *copier, void *to, const void *from, size_t length) {
+    pl_copy_plan_t plan = pl_copier_plan(copier, length); /* never timed nor streaming but on x86-64 */
 #if defined(__x86_64__)
-    pl_copy_plan_t plan = pl_copier_plan(copier, length);
-    if (!plan.timed) {
+    if (plan.timed) {
+        /* No fence: in a run of copies a copy's time includes waiting for the stores of the one before to leave. */
+        uint64_t start = __rdtsc();
         pl_copy_with(to, from, length, plan.streaming);
+        uint64_t end = __rdtsc();
+        pl_copier_note(copier, length, end > start ? end - start : 0);
         return;
     }
-    /* No fence: in a run of copies a copy's time includes waiting for the stores of the one before to leave. */
-    uint64_t start = __rdtsc();
-    pl_copy_with(to, from, length, plan.streaming);
-    uint64_t end = __rdtsc();
-    pl_copier_note(copier, length, end > start ? end - start : 0);
-#else
-    (void)copier;
-    memcpy(to, from, length);
 #endif
+    pl_copy_with(to, from, length, plan.streaming);
 }
 
 /* One per thread, for the large payloads it sends to ports of this process (pl_thread_copier). */

@@ -63,6 +63,8 @@ void pl_copier_note(pl_copier_t *copier, size_t length, uint64_t ticks);
 bool pl_copier_streams(const pl_copier_t *copier, size_t length);
 /* How many copies an epoch of copies of `length` bytes has (for tests). */
 uint32_t pl_copy_epoch_copies(size_t length);
+/* The median of `count` values (at least one; a few dozen at most), sorting them in place. */
+uint32_t pl_median_u32(uint32_t *values, uint32_t count);
 
 /* ---- payload memory kept for reuse (pl_payload_cache.c) ---- */
 

@@ -305,14 +305,9 @@ void pl_ring_note_distance(pl_ring_t *ring, int64_t took) {
     ring->out_distance_next = (uint8_t)((ring->out_distance_next + 1) % PL_RING_DISTANCE_SAMPLES);
     if (ring->out_distance_count < PL_RING_DISTANCE_SAMPLES) ring->out_distance_count++;
     if (ring->out_distance_count < PL_RING_DISTANCE_SAMPLES) return;
-    uint32_t sorted[PL_RING_DISTANCE_SAMPLES];
+    uint32_t sorted[PL_RING_DISTANCE_SAMPLES]; /* the window keeps its order: it is circular */
     memcpy(sorted, ring->out_distance_ns, sizeof sorted);
-    for (uint32_t i = 1; i < PL_RING_DISTANCE_SAMPLES; i++) {
-        uint32_t v = sorted[i], j = i;
-        for (; j > 0 && sorted[j - 1] > v; j--) sorted[j] = sorted[j - 1];
-        sorted[j] = v;
-    }
-    ring->out_streaming = sorted[PL_RING_DISTANCE_SAMPLES / 2] > PL_RING_FAR_NS;
+    ring->out_streaming = pl_median_u32(sorted, PL_RING_DISTANCE_SAMPLES) > PL_RING_FAR_NS;
 }
 
 bool pl_ring_streams(const pl_ring_t *ring) { return ring->out_streaming; }
